@@ -1,0 +1,1 @@
+"""cdc: Debezium change events applied to Apache Iceberg with Spark MERGE."""

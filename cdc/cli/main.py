@@ -1,0 +1,90 @@
+"""The `cdc` command line. Exit codes: 0 success, 1 a check found a difference,
+2 bad usage or configuration, 3 any other failure."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from cdc.config import load_settings, load_tables
+from cdc.errors import CdcError
+
+
+def _stack(args) -> int:
+    from cdc.stack.manager import Stack
+
+    stack = Stack(load_settings(args.config))
+    if args.action == "up":
+        stack.up()
+        print(f"stack up: kafka {stack.kafka.bootstrap}, connect {stack.connect.url}, "
+              f"postgres 127.0.0.1:{stack.postgres.port}")
+    elif args.action == "down":
+        stack.down(purge=args.purge)
+        print("stack down" + (" (state purged)" if args.purge else ""))
+    else:
+        status = stack.status()
+        if args.json:
+            print(json.dumps(status, indent=2))
+        else:
+            for name, svc in status["services"].items():
+                state = "healthy" if svc["healthy"] else ("running" if svc["pid"] else "stopped")
+                print(f"{name:9} {state:8} pid={svc['pid'] or '-'}  log={svc['log']}")
+            print(f"kafka_bootstrap {status['kafka_bootstrap']}\nconnect_url     {status['connect_url']}")
+    return 0
+
+
+def _register(args) -> int:
+    from cdc.register.registrar import register
+
+    settings = load_settings(args.config)
+    register(settings, load_tables(settings, args.table))
+    return 0
+
+
+def _run(args) -> int:
+    from cdc.jobs.runner import run
+
+    settings = load_settings(args.config)
+    run(settings, load_tables(settings, args.table), available_now=args.available_now)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cdc", description="Debezium change events applied to Apache Iceberg.")
+    p.add_argument("--config", help="path to cdc.yaml (default: ./cdc.yaml or $CDC_CONFIG)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    st = sub.add_parser("stack", help="start, stop or inspect the local stack")
+    st.add_argument("action", choices=["up", "down", "status"])
+    st.add_argument("--purge", action="store_true", help="with down: delete all local state")
+    st.add_argument("--json", action="store_true", help="with status: print JSON")
+    st.set_defaults(func=_stack)
+
+    rg = sub.add_parser("register", help="create the Debezium connector and the Iceberg targets")
+    rg.add_argument("--table", help="only this registered table (default: all)")
+    rg.set_defaults(func=_register)
+
+    rn = sub.add_parser("run", help="replicate registered tables from Kafka into Iceberg")
+    rn.add_argument("--table", help="only this registered table (default: all)")
+    rn.add_argument("--available-now", action="store_true",
+                    help="process what is in Kafka now, commit, and exit")
+    rn.set_defaults(func=_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "stack" and (args.purge and args.action != "down" or args.json and args.action != "status"):
+        print("cdc: --purge goes with `stack down`, --json with `stack status`", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except CdcError as e:
+        print(f"cdc: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Load cdc.yaml and tables/*.yaml into the frozen models, with errors that name the file,
+the key and the value."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from cdc.config.models import Settings, TableRegistration
+from cdc.errors import ConfigError
+
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+DEFAULT_CONFIG = "cdc.yaml"
+
+
+def expand_env(value: Any, where: str) -> Any:
+    """Replace ${NAME} in every string with the environment variable NAME."""
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+        def sub(m: re.Match) -> str:
+            if m.group(1) not in os.environ:
+                raise ConfigError(f"{where} refers to ${{{m.group(1)}}}, which is not set in the environment",
+                                  hint=f"export {m.group(1)}=... before running cdc")
+            return os.environ[m.group(1)]
+        return ENV_REF.sub(sub, value)
+    return value
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist", hint="pass --config PATH or run from the repository root")
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level, found {type(data).__name__}")
+    return data
+
+
+def describe(e: ValidationError, path: Path) -> str:
+    """One line per problem: file, dotted key, what is wrong, the current value."""
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown key {loc!r}")
+        elif err["type"] == "missing":
+            lines.append(f"{path}: {loc} is required")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{path}: {loc}: {msg} (current value: {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    path = Path(path or os.environ.get("CDC_CONFIG") or DEFAULT_CONFIG).resolve()
+    data = expand_env(_read_yaml(path), path.name)
+    data.pop("root", None)
+    try:
+        return Settings(root=path.parent, **data)
+    except ValidationError as e:
+        raise ConfigError(describe(e, path)) from None
+
+
+def load_tables(settings: Settings, only: str | None = None) -> list[TableRegistration]:
+    """Every registration under tables_dir (or the one named `only`), validated against
+    the sources of `settings`."""
+    tables_dir = settings.path(settings.tables_dir)
+    files = sorted(tables_dir.glob("*.yaml")) if tables_dir.is_dir() else []
+    tables = []
+    for f in files:
+        data = expand_env(_read_yaml(f), f.name)
+        try:
+            reg = TableRegistration(file=f, **data)
+        except ValidationError as e:
+            raise ConfigError(describe(e, f)) from None
+        if f.name != f"{reg.name}.yaml":
+            raise ConfigError(f"{f}: the file of table {reg.name!r} must be named {reg.name}.yaml")
+        tables.append(_resolve_source(reg, settings))
+    if only is not None:
+        tables = [t for t in tables if t.name == only]
+        if not tables:
+            raise ConfigError(f"no registered table named {only!r} under {tables_dir}",
+                              hint=f"add {tables_dir}/{only}.yaml, or pick one of: "
+                                   + (", ".join(t.stem for t in files) or "(none registered)"))
+    return tables
+
+
+def _resolve_source(reg: TableRegistration, settings: Settings) -> TableRegistration:
+    name = reg.source.name
+    if name is None:
+        if len(settings.sources) != 1:
+            raise ConfigError(f"{reg.file}: source.name is required because cdc.yaml defines "
+                              f"{len(settings.sources)} sources ({', '.join(settings.sources) or 'none'})")
+        name = next(iter(settings.sources))
+    elif name not in settings.sources:
+        raise ConfigError(f"{reg.file}: unknown source {name!r}",
+                          hint="sources defined in cdc.yaml: " + (", ".join(settings.sources) or "none"))
+    return reg.model_copy(update={"source": reg.source.model_copy(update={"name": name})})

@@ -1,0 +1,197 @@
+"""Frozen configuration models. Defaults live here and nowhere else."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TOPIC_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def check_identifier(value: str, what: str) -> str:
+    """Identifiers from configuration reach SQL; accept only plain ones."""
+    if not IDENTIFIER.match(value or ""):
+        raise ValueError(f"{what} {value!r} is not a plain identifier (letters, digits, underscore; "
+                         f"not starting with a digit)")
+    return value
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StackSettings(Frozen):
+    """The local services `cdc stack up` runs: ports, heaps and the state directory."""
+
+    state_dir: Path = Path(".state")
+    kafka_port: int = Field(19092, ge=1, le=65535)
+    kafka_controller_port: int = Field(19093, ge=1, le=65535)
+    connect_port: int = Field(18083, ge=1, le=65535)
+    postgres_port: int = Field(15432, ge=1, le=65535)
+    kafka_heap: str = "512m"
+    connect_heap: str = "768m"
+    start_timeout_s: int = Field(180, ge=5)
+
+
+class KafkaSettings(Frozen):
+    bootstrap_servers: str | None = None  # None: the local stack's broker
+
+
+class ConnectSettings(Frozen):
+    url: str | None = None  # None: the local stack's Connect REST API
+
+
+class SourceSettings(Frozen):
+    """A source database Debezium captures. The password comes from the environment
+    (`password: ${PGPASSWORD}`) or a file (`password_file`), never from this file."""
+
+    kind: Literal["postgresql"] = "postgresql"
+    host: str = "127.0.0.1"
+    port: int = Field(5432, ge=1, le=65535)
+    database: str
+    user: str
+    password: str | None = None
+    password_file: Path | None = None
+    slot_name: str | None = None  # default: cdc_<source name>
+    publication_name: str | None = None  # default: cdc_<source name>
+
+    @field_validator("database", "user")
+    @classmethod
+    def _plain(cls, v: str, info) -> str:
+        return check_identifier(v, info.field_name)
+
+
+class CatalogSettings(Frozen):
+    """The Iceberg catalog. `sqlite`: Iceberg's JDBC catalog on a SQLite file, which
+    pyiceberg's SqlCatalog opens under the same name (schema version V1 on both sides)."""
+
+    name: str = "lake"
+    type: Literal["sqlite"] = "sqlite"
+    path: Path = Path(".state/iceberg/catalog.db")
+    warehouse: Path = Path(".state/iceberg/warehouse")
+
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, v: str) -> str:
+        return check_identifier(v, "catalog name")
+
+
+class SparkSettings(Frozen):
+    master: str = "local[2]"
+    driver_memory: str = "2g"
+    shuffle_partitions: int = Field(4, ge=1)
+    checkpoint_dir: Path = Path(".state/checkpoints")
+    extra_conf: dict[str, str] = {}
+
+
+class Settings(Frozen):
+    """cdc.yaml. Relative paths are resolved against the file's directory (`root`)."""
+
+    root: Path = Path(".")
+    stack: StackSettings = StackSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    connect: ConnectSettings = ConnectSettings()
+    sources: dict[str, SourceSettings] = {}
+    catalog: CatalogSettings = CatalogSettings()
+    spark: SparkSettings = SparkSettings()
+    tables_dir: Path = Path("tables")
+    jars_dir: Path = Path(".cache/jars")  # filled by `make setup` from jvm/pom.xml
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, v: dict[str, SourceSettings]) -> dict[str, SourceSettings]:
+        for name in v:
+            check_identifier(name, "source name")
+        return v
+
+    def path(self, p: Path) -> Path:
+        """A configured path made absolute against the config's directory."""
+        return p if p.is_absolute() else (self.root / p).resolve()
+
+    @property
+    def state_dir(self) -> Path:
+        return self.path(self.stack.state_dir)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.kafka.bootstrap_servers or f"127.0.0.1:{self.stack.kafka_port}"
+
+    @property
+    def connect_url(self) -> str:
+        return (self.connect.url or f"http://127.0.0.1:{self.stack.connect_port}").rstrip("/")
+
+
+class SourceRef(Frozen):
+    name: str | None = None  # default: the only source in cdc.yaml
+    schema_: str = Field(alias="schema")
+    table: str
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("schema_", "table")
+    @classmethod
+    def _plain(cls, v: str, info) -> str:
+        return check_identifier(v, f"source {info.field_name.rstrip('_')}")
+
+
+class Partitioning(Frozen):
+    """Target layout: rows bucketed by the first key column (0 = unpartitioned)."""
+
+    buckets: int = Field(8, ge=0, le=4096)
+
+
+class TableOptions(Frozen):
+    on_error: Literal["fail"] = "fail"
+    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+
+
+class TableRegistration(Frozen):
+    """tables/<namespace>.<table>.yaml: one replicated source table."""
+
+    name: str
+    source: SourceRef
+    key: tuple[str, ...] | None = None  # None: the source's primary key
+    target: str | None = None  # default: `name`
+    partitioning: Partitioning = Partitioning()
+    options: TableOptions = TableOptions()
+    file: Path | None = Field(None, exclude=True)
+
+    @field_validator("name", "target")
+    @classmethod
+    def _qualified(cls, v: str | None, info) -> str | None:
+        if v is None:
+            return v
+        parts = v.split(".")
+        if len(parts) != 2:
+            raise ValueError(f"{info.field_name} {v!r} must be <namespace>.<table>")
+        for part in parts:
+            check_identifier(part, info.field_name + " part")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("key must name at least one column, or be omitted")
+            for col in v:
+                check_identifier(col, "key column")
+        return v
+
+    @model_validator(mode="after")
+    def _default_target(self) -> "TableRegistration":
+        if self.target is None:
+            object.__setattr__(self, "target", self.name)
+        return self
+
+    @property
+    def namespace(self) -> str:
+        return self.target.split(".")[0]
+
+    @property
+    def table(self) -> str:
+        return self.target.split(".")[1]

@@ -1,0 +1,116 @@
+"""The Debezium envelope rules, in plain Python.
+
+The row path runs the same rules as Spark expressions (`spark_decode`); this module is
+their readable reference, used by unit tests and by tools that look at single records.
+"""
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from cdc.errors import DecodeError
+from cdc.planning.position import postgres_position
+
+
+class Operation(str, enum.Enum):
+    """Debezium's `op` codes. Unknown codes raise: they are bad records, never a guess."""
+
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"  # snapshot read
+    TRUNCATE = "t"
+
+    @classmethod
+    def of(cls, code: Any) -> "Operation":
+        try:
+            return cls(code)
+        except ValueError:
+            raise DecodeError(f"unknown Debezium op {code!r}; expected one of c, u, d, r, t") from None
+
+
+BEFORE, AFTER, SOURCE, OP, TS_MS, TRANSACTION = "before", "after", "source", "op", "ts_ms", "transaction"
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """One decoded Kafka record of a table topic. `op` is None for a tombstone."""
+
+    key: dict
+    op: Operation | None
+    row: dict | None  # `after` for c/u/r, `before` (possibly only the key) for d
+    position: str | None
+    source_ts_ms: int | None
+    partition: int
+    offset: int
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.op is None
+
+
+def payload_of(message: bytes | str | None) -> dict | None:
+    """The payload of a JSON-converter message, with or without the schema wrapper."""
+    if message is None:
+        return None
+    try:
+        doc = json.loads(message)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DecodeError(f"value is not JSON: {e}") from None
+    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
+        doc = doc["payload"]
+    if not isinstance(doc, dict):
+        raise DecodeError(f"payload is not a JSON object: {str(doc)[:80]!r}")
+    return doc
+
+
+def decode(key: bytes | str | None, value: bytes | str | None, partition: int, offset: int,
+           key_columns: tuple[str, ...]) -> ChangeEvent:
+    """Decode one record of a table topic, or raise DecodeError."""
+    body = payload_of(value)
+    op = Operation.of(body.get(OP)) if body is not None else None
+    source = (body or {}).get(SOURCE) or {}
+    if body is not None and not source.get("lsn") and not source.get("sequence"):
+        raise DecodeError(f"record at partition {partition} offset {offset} has no source position")
+    position = postgres_position(source, op.value, partition, offset) if op else None
+    if op is Operation.TRUNCATE:  # a truncate has no key: it applies to the whole table
+        return ChangeEvent({}, op, None, position, source.get("ts_ms"), partition, offset)
+    key_doc = payload_of(key)
+    if key_doc is None or any(key_doc.get(c) is None for c in key_columns):
+        raise DecodeError(f"record at partition {partition} offset {offset} has no key {list(key_columns)}")
+    key_values = {c: key_doc[c] for c in key_columns}
+    if op is None:
+        return ChangeEvent(key_values, None, None, None, None, partition, offset)
+    if op is Operation.DELETE:
+        row = body.get(BEFORE) or dict(key_values)
+    else:
+        row = body.get(AFTER)
+        if row is None:
+            raise DecodeError(f"op {op.value!r} at partition {partition} offset {offset} has no 'after'")
+    return ChangeEvent(key_values, op, row, position, source.get("ts_ms"), partition, offset)
+
+
+def last_per_key(events: list[ChangeEvent]) -> dict[tuple, ChangeEvent]:
+    """Rules 3 and 5 for one batch: the last change per key by position; a tombstone wins
+    only over changes that precede it in its partition (it follows a delete, so nothing
+    newer than it can have a lower offset)."""
+    winners: dict[tuple, ChangeEvent] = {}
+    tombstones: dict[tuple, ChangeEvent] = {}
+    for e in events:
+        k = tuple(sorted(e.key.items()))
+        if e.is_tombstone:
+            if k not in tombstones or e.offset > tombstones[k].offset:
+                tombstones[k] = e
+        elif k not in winners or e.position > winners[k].position:
+            winners[k] = e
+    result = dict(winners)
+    for k, t in tombstones.items():
+        w = winners.get(k)
+        if w is None:
+            result[k] = t
+        elif t.offset > w.offset:
+            result[k] = ChangeEvent(w.key, Operation.DELETE, w.key, w.position, w.source_ts_ms,
+                                    w.partition, w.offset)
+    return result

@@ -1,0 +1,47 @@
+"""One exception tree for cdc. Every error says what failed, the value, and what to do."""
+from __future__ import annotations
+
+
+class CdcError(Exception):
+    """Base of every error cdc raises on purpose. `exit_code` is the CLI's exit status."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message}\n  -> {hint}" if hint else message)
+
+
+class ConfigError(CdcError, ValueError):
+    """cdc.yaml or a table registration is invalid, or the command line is."""
+
+    exit_code = 2
+
+
+class SourceError(CdcError):
+    """The source database cannot be reached or does not hold what a registration names."""
+
+    exit_code = 2
+
+
+class StackError(CdcError):
+    """A local service (Kafka, Connect, PostgreSQL) could not be started or checked."""
+
+
+class ConnectorError(CdcError):
+    """Kafka Connect refused or failed a Debezium connector."""
+
+
+class DecodeError(CdcError, ValueError):
+    """A change event does not follow the Debezium envelope rules."""
+
+
+class ApplyError(CdcError):
+    """A micro-batch could not be applied to its target table."""
+
+
+class CheckFailed(CdcError):
+    """A check found a difference (reconciliation drift)."""
+
+    exit_code = 1

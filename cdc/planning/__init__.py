@@ -1,0 +1,1 @@
+"""Planning a micro-batch: positions that order changes, dedupe per key, the MERGE statement."""

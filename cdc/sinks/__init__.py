@@ -1,0 +1,1 @@
+"""Targets of the apply step: Iceberg tables (the catalog both engines open)."""

@@ -1,0 +1,52 @@
+"""`cdc stack up | down | status`: the whole local stack, in dependency order."""
+from __future__ import annotations
+
+import shutil
+
+from cdc.config.models import Settings
+from cdc.sinks.catalog import pyiceberg_properties
+from cdc.stack.kafka import Connect, Kafka
+from cdc.stack.postgres import Postgres
+
+
+class Stack:
+    def __init__(self, settings: Settings):
+        s = settings.stack
+        self.settings = settings
+        state, cache = settings.state_dir, settings.path(settings.jars_dir)
+        self.postgres = Postgres(state, s.postgres_port, s.start_timeout_s)
+        self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s)
+        self.connect = Connect(state, cache, settings.root / "debezium" / "connect-worker.properties",
+                               s.connect_port, self.kafka.bootstrap, s.connect_heap, s.start_timeout_s)
+
+    def up(self) -> None:
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        for d in (self.settings.catalog.warehouse, self.settings.spark.checkpoint_dir):
+            self.settings.path(d).mkdir(parents=True, exist_ok=True)
+        self.settings.path(self.settings.catalog.path).parent.mkdir(parents=True, exist_ok=True)
+        self.postgres.start()
+        self.kafka.start()
+        self.connect.start()
+
+    def down(self, purge: bool = False) -> None:
+        self.connect.process.stop()
+        self.kafka.process.stop()
+        self.postgres.stop()
+        if purge:
+            shutil.rmtree(self.settings.state_dir, ignore_errors=True)
+
+    def status(self) -> dict:
+        services = {}
+        for name, svc in (("postgres", self.postgres), ("kafka", self.kafka), ("connect", self.connect)):
+            pid = svc.process.pid()
+            services[name] = {"pid": pid, "healthy": pid is not None and svc.healthy(),
+                              "log": str(svc.process.log_file)}
+        status = {
+            "kafka_bootstrap": self.kafka.bootstrap,
+            "connect_url": self.connect.url,
+            "postgres_dsn": self.postgres.dsn() if self.postgres.password_file.exists() else None,
+            "catalog": pyiceberg_properties(self.settings),
+            "state_dir": str(self.settings.state_dir),
+            "services": services,
+        }
+        return status
