@@ -25,6 +25,8 @@ def spark_catalog_conf(settings: Settings) -> dict[str, str]:
         f"{prefix}.uri": f"jdbc:sqlite:{settings.path(c.path)}",
         f"{prefix}.jdbc.schema-version": "V1",
         f"{prefix}.warehouse": settings.path(c.warehouse).as_uri(),
+        # Other writers (maintenance, pyiceberg) commit too: always read the latest metadata.
+        f"{prefix}.cache-enabled": "false",
     }
 
 

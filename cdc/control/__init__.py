@@ -1,0 +1,1 @@
+"""Commit bookkeeping: what a batch commits, and what the table already holds."""

@@ -1,0 +1,54 @@
+"""What goes into an Iceberg snapshot summary with a batch's data, and what a new batch
+may skip because the table's history already holds it. No I/O here."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+OFFSETS = "cdc.offsets"  # {"<topic>": {"<partition>": <next offset to read>}}
+BATCH_ID = "cdc.batch-id"
+JOB = "cdc.job"
+POSITION = "cdc.position"  # highest source position applied so far
+SOURCE_TS = "cdc.source-ts-ms"  # source commit time of that position
+
+
+def parse_offsets(summary: dict | None) -> dict[str, dict[int, int]]:
+    if not summary or OFFSETS not in summary:
+        return {}
+    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(summary[OFFSETS]).items()}
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """Offsets of one Kafka partition in a batch: first and last record (inclusive)."""
+
+    partition: int
+    first: int
+    last: int
+
+
+def merged_offsets(committed: dict[int, int], batch: list[PartitionRange]) -> dict[int, int]:
+    """The next offset to read per partition after this batch; never goes backwards."""
+    out = dict(committed)
+    for r in batch:
+        out[r.partition] = max(out.get(r.partition, 0), r.last + 1)
+    return out
+
+
+def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: str,
+                       position: str | None, source_ts_ms: int | None) -> dict[str, str]:
+    props = {
+        OFFSETS: json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}}),
+        BATCH_ID: str(batch_id),
+        JOB: job,
+    }
+    if position:
+        props[POSITION] = position
+    if source_ts_ms is not None:
+        props[SOURCE_TS] = str(source_ts_ms)
+    return props
+
+
+def already_committed(committed: dict[int, int], batch: list[PartitionRange]) -> bool:
+    """True when every record of the batch is below the table's committed offsets."""
+    return bool(batch) and all(r.last < committed.get(r.partition, 0) for r in batch)

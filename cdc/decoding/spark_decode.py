@@ -1,0 +1,81 @@
+"""The envelope rules of `envelope.py` as Spark expressions: the row path stays in the JVM.
+
+Input: the Kafka source's columns (key, value, topic, partition, offset). Output: one row
+per record with the key columns, the data columns in target types, and
+`_op` (c/u/d/r/t, or `tombstone` for a null value), `_position`, `_source_ts`,
+`_partition`, `_offset`, and `_error` (null, or why the record is bad).
+"""
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from cdc.sources.types import Column
+
+TOMBSTONE = "tombstone"
+OPS = ("c", "u", "d", "r", "t")
+
+
+def q(name: str) -> str:
+    """A Spark SQL identifier, quoted."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _struct_ddl(columns: tuple[Column, ...]) -> str:
+    return ", ".join(f"{q(c.name)}: {c.wire_type}" for c in columns)
+
+
+def value_schema(columns: tuple[Column, ...]) -> str:
+    row = f"STRUCT<{_struct_ddl(columns)}>"
+    return (f"STRUCT<payload: STRUCT<before: {row}, after: {row}, "
+            f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT>, op: STRING>>")
+
+
+def key_schema(key_columns: tuple[Column, ...]) -> str:
+    return f"STRUCT<payload: STRUCT<{_struct_ddl(key_columns)}>>"
+
+
+def _hex(expr: SparkColumn, width: int) -> SparkColumn:
+    return F.lpad(F.lower(F.hex(expr)), width, "0")
+
+
+def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) -> DataFrame:
+    key_cols = tuple(c for c in columns if c.name in key)
+    by_name = {c.name: c for c in columns}
+    df = raw.select(
+        F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
+        F.from_json(F.col("value").cast("string"), value_schema(columns)).getField("payload").alias("_v"),
+        F.col("value").isNull().alias("_null_value"),
+        F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
+    )
+    op = F.when(F.col("_null_value"), F.lit(TOMBSTONE)).otherwise(F.col("_v.op"))
+    df = df.withColumn("_op", op).withColumn(
+        "_seq", F.from_json(F.col("_v.source.sequence"), "ARRAY<STRING>"))
+    commit_lsn = F.coalesce(F.expr("try_cast(try_element_at(_seq, 1) AS BIGINT)"), F.lit(0))
+    event_lsn = F.coalesce(F.expr("try_cast(try_element_at(_seq, 2) AS BIGINT)"), F.col("_v.source.lsn"))
+    pos = F.concat(_hex(commit_lsn, 16), _hex(event_lsn, 16), F.when(F.col("_op") == "r", "0").otherwise("1"),
+                   _hex(F.col("_partition"), 8), _hex(F.col("_offset"), 16))
+    df = df.withColumn("_position", F.when(event_lsn.isNotNull(), pos))
+    row = F.when(F.col("_op") == "d", F.col("_v.before")).otherwise(F.col("_v.after"))
+    data = [(F.col("_k") if c.name in key else row).getField(c.name).alias(c.name) for c in columns]
+    key_missing = reduce(lambda a, b: a | b, [F.col("_k").getField(k).isNull() for k in key], F.col("_k").isNull())
+    error = (
+        F.when(~F.col("_null_value") & F.col("_v").isNull(), F.lit("value is not a Debezium JSON envelope"))
+        .when(~F.col("_op").isin(*OPS, TOMBSTONE), F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null"))))
+        .when((F.col("_op") != "t") & key_missing, F.lit("record has no key"))
+        .when((F.col("_op") != TOMBSTONE) & F.col("_position").isNull(), F.lit("record has no source position"))
+        .when(F.col("_op").isin("c", "u", "r") & F.col("_v.after").isNull(), F.lit("change has no 'after' row"))
+    )
+    out = df.select(
+        *data,
+        F.col("_op"), F.col("_position"),
+        F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
+        F.col("_partition"), F.col("_offset"),
+        error.alias("_error"),
+    )
+    # Wire values into target types (dates, timestamps, bytes).
+    return out.select(*[F.expr(by_name[c].convert(q(c))).alias(c) if c in by_name else F.col(q(c))
+                        for c in out.columns])

@@ -1,0 +1,1 @@
+"""Spark jobs: the session, and one streaming query per registered table."""

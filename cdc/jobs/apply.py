@@ -1,0 +1,90 @@
+"""Applying one micro-batch of one table: decode, skip what the table already holds,
+truncate, dedupe, one MERGE whose snapshot carries the batch's offsets."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from cdc.control import commits
+from cdc.decoding.spark_decode import TOMBSTONE, decode
+from cdc.errors import ApplyError
+from cdc.planning.dedupe import last_per_key
+from cdc.planning.merge import merge_sql, truncate_sql
+from cdc.sinks import iceberg_spark
+from cdc.sources.types import Column
+
+SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
+
+
+@dataclass
+class TableApplier:
+    """The foreachBatch function of one table's query. Its SparkSession is the table's
+    own (`spark.newSession()`), so snapshot properties set here land on this table only."""
+
+    name: str
+    target_ref: str
+    topic: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    job: str
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        table = iceberg_spark.load_table(spark, self.target_ref)
+        committed = commits.parse_offsets(iceberg_spark.last_committed_summary(table)).get(self.topic, {})
+        if committed:  # records the table already holds (a replay, a lost checkpoint) are skipped
+            seen = None
+            for p, o in committed.items():
+                cond = (F.col("partition") == p) & (F.col("offset") < o)
+                seen = cond if seen is None else seen | cond
+            batch = batch.where(~seen)
+        events = decode(batch, self.columns, self.key).persist()
+        try:
+            self._apply(spark, table, events, committed, batch_id)
+        finally:
+            events.unpersist()
+
+    def _apply(self, spark, table, events: DataFrame, committed: dict[int, int], batch_id: int) -> None:
+        stats = events.groupBy("_partition").agg(
+            F.min("_offset").alias("first"), F.max("_offset").alias("last"),
+            F.max("_position").alias("position"),
+            F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
+            F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
+            F.max(F.when(F.col("_op") == "t", F.col("_position"))).alias("truncate"),
+        ).collect()
+        if not stats:
+            return
+        if any(s.errors for s in stats):
+            bad = events.where(F.col("_error").isNotNull()).select("_partition", "_offset", "_error").first()
+            total = sum(s.errors for s in stats)
+            raise ApplyError(
+                f"table {self.name}: {total} record(s) of topic {self.topic} cannot be applied; first at "
+                f"partition {bad['_partition']} offset {bad['_offset']}: {bad['_error']}",
+                hint="nothing of this batch was committed; fix the producer or the registration and rerun")
+        ranges = [commits.PartitionRange(s["_partition"], s.first, s.last) for s in stats]
+        positions = [s.position for s in stats if s.position]
+        ts = [s.source_ts_ms for s in stats if s.source_ts_ms is not None]
+        props = commits.summary_properties(self.topic, commits.merged_offsets(committed, ranges), batch_id,
+                                           self.job, max(positions) if positions else None,
+                                           max(ts) if ts else None)
+        truncated = max((s.truncate for s in stats if s.truncate), default=None)
+        if truncated:
+            spark.sql(truncate_sql(self.target_ref, truncated))
+            events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
+        changes = last_per_key(events.where(F.col("_op") != "t"), self.key, tuple(c.name for c in self.columns))
+        view = f"cdc_batch_{self.name.replace('.', '__')}"
+        changes.createOrReplaceTempView(view)
+        table.refresh()
+        before = iceberg_spark.current_snapshot_id(table)
+        for k, v in props.items():
+            spark.conf.set(SNAPSHOT_PROPERTY + k, v)
+        try:
+            spark.sql(merge_sql(self.target_ref, view, self.key, tuple(c.name for c in self.columns)))
+        finally:
+            for k in props:
+                spark.conf.unset(SNAPSHOT_PROPERTY + k)
+        table.refresh()
+        if iceberg_spark.current_snapshot_id(table) == before:
+            iceberg_spark.commit_summary_only(table, props)

@@ -1,0 +1,1 @@
+"""`cdc register`: Debezium connectors through Connect's REST API, Iceberg targets."""

@@ -1,0 +1,104 @@
+"""Debezium connectors managed through Kafka Connect's REST API."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import requests
+
+from cdc.config.models import Settings, TableRegistration
+from cdc.errors import ConnectorError
+
+TEMPLATE = "postgres-connector.json"
+
+
+def connector_name(source: str) -> str:
+    return f"cdc-{source}"
+
+
+def topic_for(source: str, reg: TableRegistration) -> str:
+    """Debezium's topic of a table: <topic.prefix>.<schema>.<table>, prefix = source name."""
+    return f"{source}.{reg.source.schema_}.{reg.source.table}"
+
+
+def postgres_config(settings: Settings, source: str, tables: list[TableRegistration], password_ref: str) -> dict:
+    """The connector config from debezium/postgres-connector.json, filled in."""
+    src = settings.sources[source]
+    include = ",".join(sorted({f"{t.source.schema_}.{t.source.table}" for t in tables}))
+    values = {
+        "host": src.host, "port": str(src.port), "user": src.user, "password": password_ref,
+        "database": src.database, "topic_prefix": source,
+        "slot_name": src.slot_name or f"cdc_{source}", "publication_name": src.publication_name or f"cdc_{source}",
+        "table_include_list": include,
+    }
+    template = json.loads((settings.root / "debezium" / TEMPLATE).read_text())
+    return {k: v.format(**values) if isinstance(v, str) else v for k, v in template.items()}
+
+
+class ConnectClient:
+    def __init__(self, url: str, timeout_s: float = 30):
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, **kw) -> requests.Response:
+        try:
+            return requests.request(method, f"{self.url}{path}", timeout=self.timeout_s, **kw)
+        except requests.RequestException as e:
+            raise ConnectorError(f"Kafka Connect at {self.url} is unreachable: {e}",
+                                 hint="start it (`cdc stack up`) or set connect.url in cdc.yaml") from None
+
+    def put_config(self, name: str, config: dict) -> None:
+        r = self._call("PUT", f"/connectors/{name}/config", json=config)
+        if not r.ok:
+            raise ConnectorError(f"Kafka Connect refused connector {name}: HTTP {r.status_code} {r.text[:2000]}")
+
+    def status(self, name: str) -> dict | None:
+        r = self._call("GET", f"/connectors/{name}/status")
+        return r.json() if r.ok else None
+
+    def offsets(self, name: str) -> list[dict]:
+        r = self._call("GET", f"/connectors/{name}/offsets")
+        return r.json().get("offsets", []) if r.ok else []
+
+    def wait_running(self, name: str, timeout_s: float = 120) -> None:
+        """Until the connector and its task run; a failed task raises with its trace."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.status(name) or {}
+            tasks = st.get("tasks", [])
+            for t in tasks:
+                if t.get("state") == "FAILED":
+                    raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
+            if st.get("connector", {}).get("state") == "RUNNING" and tasks and \
+                    all(t.get("state") == "RUNNING" for t in tasks):
+                return
+            if time.monotonic() > deadline:
+                raise ConnectorError(f"connector {name} is not running after {timeout_s:.0f}s: {st}")
+            time.sleep(0.5)
+
+    def wait_streaming(self, name: str, timeout_s: float = 600) -> None:
+        """Until the connector's committed offset shows its snapshot finished."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            offs = [o.get("offset") or {} for o in self.offsets(name)]
+            if offs and all("snapshot" not in o or o.get("snapshot_completed") for o in offs):
+                return
+            st = self.status(name) or {}
+            for t in st.get("tasks", []):
+                if t.get("state") == "FAILED":
+                    raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
+            if time.monotonic() > deadline:
+                raise ConnectorError(f"connector {name} has not finished its snapshot after {timeout_s:.0f}s; "
+                                     f"last committed offsets: {offs}")
+            time.sleep(0.5)
+
+
+def write_secret(dir_: Path, source: str, value: str) -> str:
+    """Store a connector secret in a file the local Connect worker reads through its
+    FileConfigProvider; return the reference to put in the connector config."""
+    dir_.mkdir(parents=True, exist_ok=True)
+    path = dir_ / f"{source}.properties"
+    path.write_text("password=" + value.replace("\\", "\\\\") + "\n")
+    path.chmod(0o600)
+    return f"${{file:{path}:password}}"

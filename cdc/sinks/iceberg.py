@@ -1,0 +1,104 @@
+"""Iceberg targets: creation from the source's columns, and the properties that tell a
+job how to decode the table's topic."""
+from __future__ import annotations
+
+import json
+
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FloatType, IntegerType,
+                             LongType, NestedField, StringType, TimestampType, TimestamptzType)
+
+from cdc.config.models import TableRegistration
+from cdc.errors import ConfigError
+from cdc.sources.types import Column
+
+# Metadata columns every target carries, after the source's columns.
+METADATA_COLUMNS = (
+    ("_cdc_op", StringType(), "operation of the last applied change: c, u or r"),
+    ("_cdc_position", StringType(), "source position of the last applied change (see planning/position.py)"),
+    ("_cdc_source_ts", TimestamptzType(), "source commit time of the last applied change"),
+    ("_cdc_kafka_partition", IntegerType(), "Kafka partition of the last applied change"),
+    ("_cdc_kafka_offset", LongType(), "Kafka offset of the last applied change"),
+)
+
+PROP_COLUMNS = "cdc.columns"
+PROP_KEY = "cdc.key"
+PROP_TOPIC = "cdc.topic"
+
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.parquet.compression-codec": "zstd",
+}
+
+
+def iceberg_type(col: Column):
+    return {
+        "int": IntegerType(), "long": LongType(), "float": FloatType(), "double": DoubleType(),
+        "boolean": BooleanType(), "string": StringType(), "date": DateType(),
+        "timestamp_ms": TimestampType(), "timestamp_us": TimestampType(), "timestamptz": TimestamptzType(),
+        "binary": BinaryType(),
+    }.get(col.kind) or DecimalType(col.precision, col.scale)
+
+
+def build_schema(columns: tuple[Column, ...], key: tuple[str, ...]) -> Schema:
+    fields = [NestedField(i, c.name, iceberg_type(c), required=not c.nullable)
+              for i, c in enumerate(columns, start=1)]
+    n = len(fields)
+    fields += [NestedField(n + i, name, typ, required=False, doc=doc)
+               for i, (name, typ, doc) in enumerate(METADATA_COLUMNS, start=1)]
+    ids = [f.field_id for f in fields if f.name in key]
+    return Schema(*fields, identifier_field_ids=ids)
+
+
+def partition_spec(schema: Schema, key: tuple[str, ...], buckets: int) -> PartitionSpec:
+    if buckets == 0:
+        return PartitionSpec()
+    source = schema.find_field(key[0])
+    return PartitionSpec(PartitionField(source_id=source.field_id, field_id=1000,
+                                        transform=BucketTransform(buckets), name=f"{key[0]}_bucket"))
+
+
+def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
+                 topic: str) -> bool:
+    """Create the target if it is missing. True when created. An existing target must have
+    been registered with the same key."""
+    try:
+        table = catalog.load_table(reg.target)
+    except NoSuchTableError:
+        table = None
+    props = {PROP_COLUMNS: json.dumps([c.to_json() for c in columns]), PROP_KEY: json.dumps(list(key)),
+             PROP_TOPIC: topic}
+    if table is not None:
+        existing = json.loads(table.properties.get(PROP_KEY, "null"))
+        if existing != list(key):
+            raise ConfigError(f"target {reg.target} exists with key {existing}, but {reg.name} now has key {list(key)}",
+                              hint="drop the target table and register again, or keep the original key")
+        if any(table.properties.get(k) != v for k, v in props.items()):
+            with table.transaction() as tx:
+                tx.set_properties(props)
+        return False
+    try:
+        catalog.create_namespace(reg.namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+    schema = build_schema(columns, key)
+    catalog.create_table(reg.target, schema=schema,
+                         partition_spec=partition_spec(schema, key, reg.partitioning.buckets),
+                         properties={**TABLE_PROPERTIES, **props})
+    return True
+
+
+def table_columns(properties: dict) -> tuple[tuple[Column, ...], tuple[str, ...], str]:
+    """Columns, key and topic recorded on a target by `cdc register`."""
+    try:
+        cols = tuple(Column(**c) for c in json.loads(properties[PROP_COLUMNS]))
+        return cols, tuple(json.loads(properties[PROP_KEY])), properties[PROP_TOPIC]
+    except KeyError as e:
+        raise ConfigError(f"the target table lacks the property {e.args[0]!r} that `cdc register` writes",
+                          hint="run `cdc register` for this table") from None

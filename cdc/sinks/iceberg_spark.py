@@ -1,0 +1,42 @@
+"""The Iceberg Java API reached from PySpark, for metadata only: table properties, the
+committed offsets in snapshot summaries, and commits that carry only a summary."""
+from __future__ import annotations
+
+from cdc.control.commits import OFFSETS
+
+
+def load_table(spark, ref: str):
+    """org.apache.iceberg.Table for `catalog.namespace.table` (fresh metadata)."""
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, ref)
+
+
+def properties(table) -> dict[str, str]:
+    return {k: table.properties().get(k) for k in table.properties().keySet().toArray()}
+
+
+def current_snapshot_id(table) -> int | None:
+    snap = table.currentSnapshot()
+    return None if snap is None else snap.snapshotId()
+
+
+def last_committed_summary(table) -> dict[str, str] | None:
+    """The summary of the newest snapshot in the current ancestry that carries cdc offsets
+    (maintenance commits carry none, so walk back past them)."""
+    table.refresh()
+    snap = table.currentSnapshot()
+    while snap is not None:
+        summary = snap.summary()
+        if summary.containsKey(OFFSETS):
+            return {k: summary.get(k) for k in summary.keySet().toArray()}
+        parent = snap.parentId()
+        snap = None if parent is None else table.snapshot(parent)
+    return None
+
+
+def commit_summary_only(table, props: dict[str, str]) -> None:
+    """A snapshot with no data change, carrying `props`: records offsets of a batch whose
+    changes were all no-ops, so the table's history still says where the job is."""
+    append = table.newAppend()
+    for k, v in props.items():
+        append = append.set(k, v)
+    append.commit()

@@ -1,0 +1,1 @@
+"""Source databases: connection, introspection of tables, and their types."""

@@ -1,0 +1,74 @@
+"""PostgreSQL sources: connection from settings, and table introspection."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from cdc.config.models import Settings, SourceSettings, TableRegistration
+from cdc.errors import ConfigError, SourceError
+from cdc.sources.types import Column, postgres_column
+
+
+def password(settings: Settings, source: SourceSettings, name: str) -> str:
+    if source.password is not None:
+        return source.password
+    if source.password_file is not None:
+        path = settings.path(source.password_file)
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            raise SourceError(f"source {name!r}: password_file {path} does not exist",
+                              hint="start the local stack (`cdc stack up`) or point password_file at the secret")
+    raise ConfigError(f"source {name!r} has neither password nor password_file",
+                      hint="set password: ${SOME_ENV_VAR} or password_file: PATH in cdc.yaml")
+
+
+def connect(settings: Settings, name: str) -> psycopg.Connection:
+    src = settings.sources[name]
+    try:
+        return psycopg.connect(host=src.host, port=src.port, dbname=src.database, user=src.user,
+                               password=password(settings, src, name), connect_timeout=10, autocommit=True)
+    except psycopg.OperationalError as e:
+        raise SourceError(f"cannot connect to source {name!r} at {src.host}:{src.port}/{src.database}: "
+                          f"{str(e).strip()}", hint="check the source in cdc.yaml and that the database runs")
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+
+
+def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTable:
+    """Columns and key of a registered table; the key is the primary key unless given."""
+    schema, table = reg.source.schema_, reg.source.table
+    where = f"{schema}.{table} (registration {reg.name})"
+    rows = conn.execute(
+        "SELECT column_name, data_type, is_nullable = 'YES', numeric_precision, numeric_scale, "
+        "datetime_precision FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", (schema, table)).fetchall()
+    if not rows:
+        raise ConfigError(f"source table {schema}.{table} does not exist in source {reg.source.name!r} "
+                          f"(registration {reg.file})", hint="create the table or fix source.schema/source.table")
+    columns = tuple(postgres_column(*r, table=where) for r in rows)
+    names = [c.name for c in columns]
+    if reg.key is not None:
+        missing = [k for k in reg.key if k not in names]
+        if missing:
+            raise ConfigError(f"{reg.file}: key column(s) {missing} are not columns of {schema}.{table}",
+                              hint="columns are: " + ", ".join(names))
+        key = reg.key
+    else:
+        key = tuple(r[0] for r in conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) AND i.indisprimary "
+            "ORDER BY array_position(i.indkey, a.attnum)", (schema, table)).fetchall())
+        if not key:
+            raise ConfigError(f"{schema}.{table} has no primary key and {reg.file} gives no key",
+                              hint="add a primary key at the source, or list the key columns under `key:`")
+    # Key columns are never null in the target.
+    columns = tuple(Column(c.name, c.kind, c.nullable and c.name not in key, c.precision, c.scale, c.source_type)
+                    for c in columns)
+    return SourceTable(columns, key)
