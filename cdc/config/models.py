@@ -99,6 +99,7 @@ class Settings(Frozen):
     spark: SparkSettings = SparkSettings()
     tables_dir: Path = Path("tables")
     jars_dir: Path = Path(".cache/jars")  # filled by `make setup` from jvm/pom.xml
+    debezium_dir: Path = Path("debezium")  # connector templates and Connect worker settings
 
     @field_validator("sources")
     @classmethod

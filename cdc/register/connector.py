@@ -32,7 +32,7 @@ def postgres_config(settings: Settings, source: str, tables: list[TableRegistrat
         "slot_name": src.slot_name or f"cdc_{source}", "publication_name": src.publication_name or f"cdc_{source}",
         "table_include_list": include,
     }
-    template = json.loads((settings.root / "debezium" / TEMPLATE).read_text())
+    template = json.loads((settings.path(settings.debezium_dir) / TEMPLATE).read_text())
     return {k: v.format(**values) if isinstance(v, str) else v for k, v in template.items()}
 
 
@@ -60,6 +60,25 @@ class ConnectClient:
     def offsets(self, name: str) -> list[dict]:
         r = self._call("GET", f"/connectors/{name}/offsets")
         return r.json().get("offsets", []) if r.ok else []
+
+    def wait_captured(self, name: str, txid: int, timeout_s: float = 120) -> None:
+        """Until the connector has committed its offset past source transaction `txid`:
+        every change of that transaction is then in Kafka."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            offs = [o.get("offset") or {} for o in self.offsets(name)]
+            if any(int(o.get("txId") or 0) >= txid for o in offs):
+                return
+            if time.monotonic() > deadline:
+                raise ConnectorError(f"connector {name} has not captured transaction {txid} after "
+                                     f"{timeout_s:.0f}s; last committed offsets: {offs}",
+                                     hint="see the Connect worker's log (cdc stack status)")
+            time.sleep(0.2)
+
+    def delete(self, name: str) -> None:
+        r = self._call("DELETE", f"/connectors/{name}")
+        if not r.ok and r.status_code != 404:
+            raise ConnectorError(f"Kafka Connect refused to delete connector {name}: HTTP {r.status_code} {r.text}")
 
     def wait_running(self, name: str, timeout_s: float = 120) -> None:
         """Until the connector and its task run; a failed task raises with its trace."""

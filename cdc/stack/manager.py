@@ -16,7 +16,7 @@ class Stack:
         state, cache = settings.state_dir, settings.path(settings.jars_dir)
         self.postgres = Postgres(state, s.postgres_port, s.start_timeout_s)
         self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s)
-        self.connect = Connect(state, cache, settings.root / "debezium" / "connect-worker.properties",
+        self.connect = Connect(state, cache, settings.path(settings.debezium_dir) / "connect-worker.properties",
                                s.connect_port, self.kafka.bootstrap, s.connect_heap, s.start_timeout_s)
 
     def up(self) -> None:

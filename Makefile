@@ -1,0 +1,51 @@
+# cdc: `make run` (the main job on the local stack) and `make test` (every test tier).
+# Each does the whole set-up on a fresh machine and is fast the second time.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+CDC := $(VENV)/bin/cdc
+JARS := .cache/jars
+MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS)
+
+.PHONY: setup run test test-unit test-spark test-integration smoke stack-up stack-down clean
+
+setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
+
+.cache/system.stamp: scripts/ensure-system-packages.sh
+	@mkdir -p .cache
+	bash scripts/ensure-system-packages.sh
+	@touch $@
+
+$(VENV)/.stamp: pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found: set PYTHON=python3.x (3.11+)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+$(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom.xml jvm/settings.xml
+	$(MVN) package
+	@touch $@
+
+stack-up: setup
+	$(CDC) stack up
+
+stack-down:
+	$(CDC) stack down
+
+run: stack-up
+	$(PY) -m cdc.sample.main
+
+test: stack-up
+	$(PY) -m pytest -ra tests
+
+test-unit: setup
+	$(PY) -m pytest -ra tests/unit
+
+smoke: stack-up
+	$(PY) ../shared/checks/contract_smoke.py
+
+clean:
+	-$(CDC) stack down --purge
+	rm -rf .cache $(VENV)

@@ -1,0 +1,64 @@
+"""The Spark decoder follows the reference rules of decoding/envelope.py record for record."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from cdc.decoding import envelope
+from cdc.decoding.spark_decode import TOMBSTONE, decode
+from cdc.sources.types import Column
+from tests.events import Topic
+
+KAFKA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
+                    StructField("topic", StringType()), StructField("partition", IntegerType()),
+                    StructField("offset", LongType())])
+
+
+def test_positions_and_ops_match_the_reference(spark):
+    cols = (Column("id", "int", nullable=False), Column("v", "string"))
+    t = Topic(partition=3)
+    t.change("r", {"id": 1, "v": "snap"}, None, 500)
+    t.change("u", {"id": 1, "v": "x"}, 600, 700)
+    t.change("u", {"id": 2, "v": "y"}, 600, 700)  # shares the LSN above
+    t.change("d", {"id": 1, "v": "x"}, 800, 810)
+    t.tombstone({"id": 1})
+    t.truncate(900, 910)
+    records = t.take()
+    got = decode(spark.createDataFrame(records, KAFKA), cols, ("id",)).orderBy("_offset").collect()
+    for rec, row in zip(records, got):
+        ref = envelope.decode(rec[0], rec[1], rec[3], rec[4], ("id",))
+        assert row["_op"] == (TOMBSTONE if ref.is_tombstone else ref.op.value)
+        assert row["_position"] == ref.position
+        assert row["_error"] is None
+
+
+def test_wire_values_become_target_types(spark):
+    cols = (Column("id", "int", nullable=False), Column("d", "date"), Column("ts", "timestamp_us"),
+            Column("ms", "timestamp_ms"), Column("tz", "timestamptz"), Column("b", "binary"),
+            Column("n", "decimal", True, 12, 3))
+    t = Topic()
+    t.change("c", {"id": 1, "d": 19723, "ts": 1704067200123456, "ms": 1704067200123,
+                   "tz": "2024-01-01T10:00:00.5Z", "b": "AAEC", "n": 1234.5}, 1, 2)
+    row = decode(spark.createDataFrame(t.take(), KAFKA), cols, ("id",)).first()
+    assert row["d"] == dt.date(2024, 1, 1)
+    assert row["ts"] == dt.datetime(2024, 1, 1, 0, 0, 0, 123456)
+    assert row["ms"] == dt.datetime(2024, 1, 1, 0, 0, 0, 123000)
+    assert row["tz"].replace(tzinfo=None) == dt.datetime(2024, 1, 1, 10, 0, 0, 500000)
+    assert bytes(row["b"]) == b"\x00\x01\x02"
+    assert row["n"] == Decimal("1234.500")
+
+
+def test_bad_records_are_flagged_not_dropped(spark):
+    cols = (Column("id", "int", nullable=False), Column("v", "string"))
+    t = Topic()
+    t.raw(json.dumps({"schema": {}, "payload": {"id": 1}}).encode(), b"garbage")
+    t.raw(None, json.dumps({"schema": {}, "payload": {"op": "c", "after": {"id": 1},
+                                                      "source": {"lsn": 5}}}).encode())
+    t.raw(json.dumps({"schema": {}, "payload": {"id": 1}}).encode(),
+          json.dumps({"schema": {}, "payload": {"op": "c", "after": {"id": 1}, "source": {}}}).encode())
+    errors = [r["_error"] for r in decode(spark.createDataFrame(t.take(), KAFKA), cols, ("id",))
+              .orderBy("_offset").collect()]
+    assert errors == ["value is not a Debezium JSON envelope", "record has no key", "record has no source position"]

@@ -1,0 +1,26 @@
+import json
+
+from cdc.control.commits import (OFFSETS, PartitionRange, already_committed, merged_offsets, parse_offsets,
+                                 summary_properties)
+
+
+def test_offsets_round_trip_through_summary():
+    props = summary_properties("t", {0: 10, 2: 5}, 7, "job", "00ab", 123)
+    assert json.loads(props[OFFSETS]) == {"t": {"0": 10, "2": 5}}
+    assert parse_offsets(props) == {"t": {0: 10, 2: 5}}
+    assert props["cdc.batch-id"] == "7" and props["cdc.position"] == "00ab" and props["cdc.source-ts-ms"] == "123"
+
+
+def test_merged_offsets_never_go_backwards():
+    assert merged_offsets({0: 10, 1: 4}, [PartitionRange(0, 3, 5), PartitionRange(1, 4, 8)]) == {0: 10, 1: 9}
+
+
+def test_already_committed():
+    assert already_committed({0: 10}, [PartitionRange(0, 0, 9)])
+    assert not already_committed({0: 10}, [PartitionRange(0, 5, 10)])
+    assert not already_committed({0: 10}, [PartitionRange(1, 0, 0)])
+    assert not already_committed({}, [])
+
+
+def test_parse_offsets_without_summary():
+    assert parse_offsets(None) == {} and parse_offsets({"other": "x"}) == {}

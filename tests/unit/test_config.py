@@ -1,0 +1,98 @@
+import pytest
+
+from cdc.config import load_settings, load_tables
+from cdc.errors import ConfigError
+from cdc.sources.types import postgres_column
+
+BASE = """
+sources:
+  pg: {host: 127.0.0.1, port: 5432, database: app, user: repl, password: "${CDC_TEST_PW}"}
+tables_dir: tables
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.setenv("CDC_TEST_PW", "s3cret")
+    (tmp_path / "cdc.yaml").write_text(BASE)
+    (tmp_path / "tables").mkdir()
+    return tmp_path
+
+
+def write_table(project, name, body):
+    (project / "tables" / f"{name}.yaml").write_text(body)
+
+
+def test_minimal_registration_defaults(project):
+    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public, table: orders}\n")
+    s = load_settings(project / "cdc.yaml")
+    (t,) = load_tables(s)
+    assert t.source.name == "pg" and t.target == "shop.orders" and t.key is None
+    assert s.sources["pg"].password == "s3cret"
+    assert s.state_dir == (project / ".state").resolve()
+
+
+def test_unset_env_reference_names_the_variable(project, monkeypatch):
+    monkeypatch.delenv("CDC_TEST_PW")
+    with pytest.raises(ConfigError, match=r"CDC_TEST_PW"):
+        load_settings(project / "cdc.yaml")
+
+
+def test_unknown_key_is_named(project):
+    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public, table: orders}\nkeys: [id]\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'keys'"):
+        load_tables(load_settings(project / "cdc.yaml"))
+
+
+def test_unknown_source(project):
+    write_table(project, "shop.orders", "name: shop.orders\nsource: {name: nope, schema: public, table: orders}\n")
+    with pytest.raises(ConfigError, match=r"unknown source 'nope'"):
+        load_tables(load_settings(project / "cdc.yaml"))
+
+
+def test_missing_table_field(project):
+    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public}\n")
+    with pytest.raises(ConfigError, match=r"source.table is required"):
+        load_tables(load_settings(project / "cdc.yaml"))
+
+
+def test_identifiers_are_validated(project):
+    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public, table: 'x; DROP TABLE y'}\n")
+    with pytest.raises(ConfigError, match=r"not a plain identifier"):
+        load_tables(load_settings(project / "cdc.yaml"))
+
+
+def test_file_name_must_match(project):
+    write_table(project, "shop.other", "name: shop.orders\nsource: {schema: public, table: orders}\n")
+    with pytest.raises(ConfigError, match=r"must be named shop.orders.yaml"):
+        load_tables(load_settings(project / "cdc.yaml"))
+
+
+def test_unknown_table_selection(project):
+    with pytest.raises(ConfigError, match=r"no registered table named 'a.b'"):
+        load_tables(load_settings(project / "cdc.yaml"), "a.b")
+
+
+def test_several_sources_need_a_name(project):
+    (project / "cdc.yaml").write_text(BASE.replace("tables_dir", "  pg2: {database: b, user: u}\ntables_dir"))
+    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public, table: orders}\n")
+    with pytest.raises(ConfigError, match=r"source.name is required"):
+        load_tables(load_settings(project / "cdc.yaml"))
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_unsupported_type_is_a_registration_error():
+    with pytest.raises(ConfigError, match=r"column 'span' has type 'interval'"):
+        postgres_column("span", "interval", True, None, None, None, table="s.t")
+    with pytest.raises(ConfigError, match=r"reserved"):
+        postgres_column("_cdc_op", "text", True, None, None, None, table="s.t")
+
+
+def test_type_kinds():
+    assert postgres_column("a", "numeric", True, 10, 2, None, "t").spark_type == "DECIMAL(10,2)"
+    assert postgres_column("a", "timestamp without time zone", True, None, None, 3, "t").kind == "timestamp_ms"
+    assert postgres_column("a", "timestamp without time zone", True, None, None, 6, "t").kind == "timestamp_us"

@@ -1,0 +1,28 @@
+import pytest
+
+from cdc.planning.merge import merge_sql, table_ref, truncate_sql
+
+
+def test_merge_is_guarded_by_position_and_quotes_identifiers():
+    sql = merge_sql("`lake`.`s`.`t`", "batch", ("id",), ("id", "select"))
+    assert "ON t.`id` = s.`id`" in sql
+    assert "s._op = 'd' AND s._position > t._cdc_position THEN DELETE" in sql
+    assert "s._op IN ('c', 'u', 'r') AND s._position > t._cdc_position THEN UPDATE SET t.`select` = s.`select`" in sql
+    assert "t.`id` = s.`id`," not in sql.split("UPDATE SET")[1]  # keys are never updated
+    assert "WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') THEN INSERT" in sql
+    assert "s._offset > t._cdc_kafka_offset THEN DELETE" in sql
+
+
+def test_composite_key():
+    sql = merge_sql("x", "b", ("a", "b"), ("a", "b", "c"))
+    assert "ON t.`a` = s.`a` AND t.`b` = s.`b`" in sql
+
+
+def test_truncate_refuses_non_position():
+    assert truncate_sql("x", "00ff") == "DELETE FROM x WHERE _cdc_position < '00ff'"
+    with pytest.raises(ValueError):
+        truncate_sql("x", "0' OR '1'='1")
+
+
+def test_table_ref_quotes_backticks():
+    assert table_ref("lake", "ns.t") == "`lake`.`ns`.`t`"
