@@ -1,0 +1,84 @@
+"""Row-for-row comparison of a PostgreSQL table with its Iceberg target read through
+pyiceberg (the second reader), every column."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from decimal import Decimal
+
+import psycopg
+
+METADATA_PREFIX = "_cdc_"
+
+
+def _norm(v):
+    if isinstance(v, memoryview):
+        return bytes(v)
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return v.astimezone(dt.timezone.utc)
+    if isinstance(v, float):
+        return v
+    return v
+
+
+def _norm_target(v, source_value):
+    """Target values in the source's terms: JSON text parsed, floats compared as float32
+    where the source is real."""
+    if isinstance(source_value, (dict, list)) and isinstance(v, str):
+        return json.dumps(json.loads(v), sort_keys=True)
+    return _norm(v)
+
+
+def source_rows(dsn: str, schema: str, table: str, key: tuple[str, ...]) -> dict[tuple, dict]:
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute(psycopg.sql.SQL("SELECT * FROM {}.{}").format(
+            psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)))
+        names = [d.name for d in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    return {tuple(r[k] for k in key): r for r in rows}
+
+
+def target_rows(catalog, ident: str, key: tuple[str, ...]) -> dict[tuple, dict]:
+    rows = catalog.load_table(ident).scan().to_arrow().to_pylist()
+    out = {}
+    for r in rows:
+        k = tuple(r[c] for c in key)
+        assert k not in out, f"duplicate key {k} in {ident}"
+        out[k] = {c: v for c, v in r.items() if not c.startswith(METADATA_PREFIX)}
+    return out
+
+
+def differences(src: dict, dst: dict, float32_columns: frozenset = frozenset()) -> list[str]:
+    """Human-readable differences (empty when the tables are equal)."""
+    diffs = [f"missing in target: {k}" for k in sorted(set(src) - set(dst))[:10]]
+    diffs += [f"extra in target: {k}" for k in sorted(set(dst) - set(src))[:10]]
+    for k in sorted(set(src) & set(dst)):
+        s, d = src[k], dst[k]
+        if set(s) != set(d):
+            diffs.append(f"{k}: columns differ {sorted(s)} vs {sorted(d)}")
+            continue
+        for c in s:
+            a, b = _norm(s[c]), _norm_target(d[c], s[c])
+            if c in float32_columns and isinstance(a, float) and isinstance(b, float):
+                import struct
+                a = struct.unpack("f", struct.pack("f", a))[0]
+            if a != b and not (isinstance(a, float) and isinstance(b, float) and a != a and b != b):
+                diffs.append(f"{k}.{c}: source {a!r} != target {b!r}")
+    return diffs[:30]
+
+
+def assert_equal(dsn, schema, table, catalog, ident, key, float32_columns=frozenset()):
+    src, dst = source_rows(dsn, schema, table, key), target_rows(catalog, ident, key)
+    diffs = differences(src, dst, float32_columns)
+    assert not diffs, f"{schema}.{table} != {ident} ({len(src)} source rows, {len(dst)} target rows):\n" + \
+        "\n".join(diffs)
+    return len(src)
+
+
+def as_decimal(x) -> Decimal:
+    return Decimal(str(x))
