@@ -57,11 +57,24 @@ class SourceSettings(Frozen):
     password_file: Path | None = None
     slot_name: str | None = None  # default: cdc_<source name>
     publication_name: str | None = None  # default: cdc_<source name>
+    # Debezium's signal table (schema.table): cdc asks it for incremental snapshots of
+    # tables registered after the connector's initial snapshot.
+    signal_table: str = "public.cdc_signal"
 
     @field_validator("database", "user")
     @classmethod
     def _plain(cls, v: str, info) -> str:
         return check_identifier(v, info.field_name)
+
+    @field_validator("signal_table")
+    @classmethod
+    def _signal(cls, v: str) -> str:
+        parts = v.split(".")
+        if len(parts) != 2:
+            raise ValueError(f"signal_table {v!r} must be <schema>.<table>")
+        for part in parts:
+            check_identifier(part, "signal_table part")
+        return v
 
 
 class CatalogSettings(Frozen):

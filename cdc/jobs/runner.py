@@ -11,6 +11,7 @@ from cdc.errors import ApplyError, CdcError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
 from cdc.planning.merge import table_ref
+from cdc.register.topics import existing_topics
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import table_columns
 
@@ -33,6 +34,9 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
                              hint=f"run `cdc register --table {reg.name}` first") from None
         raise
     columns, key, topic = table_columns(iceberg_spark.properties(table))
+    if topic not in existing_topics(settings.kafka_bootstrap):
+        raise ApplyError(f"Kafka topic {topic} of table {reg.name} does not exist",
+                         hint=f"run `cdc register --table {reg.name}` (it creates the topic and the connector)")
     committed = commits.parse_offsets(iceberg_spark.last_committed_summary(table)).get(topic, {})
     checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
     reader = (spark.readStream.format("kafka")

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 
+from pathlib import Path
+
 from cdc.config.models import Settings
 from cdc.errors import ConfigError
 from cdc.sinks.catalog import spark_catalog_conf
+
+LOG_CONFIG = Path(__file__).parent / "log4j2.properties"
 
 
 def spark_jars(settings: Settings) -> list[str]:
@@ -30,7 +34,7 @@ def session_conf(settings: Settings, app_name: str = "cdc") -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
         **spark_catalog_conf(settings),
         **s.extra_conf,
     }
@@ -42,6 +46,8 @@ def get_session(settings: Settings, app_name: str = "cdc"):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    if settings.spark.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     for k, v in session_conf(settings, app_name).items():
         builder = builder.config(k, v)

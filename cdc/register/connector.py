@@ -25,12 +25,12 @@ def topic_for(source: str, reg: TableRegistration) -> str:
 def postgres_config(settings: Settings, source: str, tables: list[TableRegistration], password_ref: str) -> dict:
     """The connector config from debezium/postgres-connector.json, filled in."""
     src = settings.sources[source]
-    include = ",".join(sorted({f"{t.source.schema_}.{t.source.table}" for t in tables}))
+    include = ",".join(sorted({f"{t.source.schema_}.{t.source.table}" for t in tables} | {src.signal_table}))
     values = {
         "host": src.host, "port": str(src.port), "user": src.user, "password": password_ref,
         "database": src.database, "topic_prefix": source,
         "slot_name": src.slot_name or f"cdc_{source}", "publication_name": src.publication_name or f"cdc_{source}",
-        "table_include_list": include,
+        "table_include_list": include, "signal_table": src.signal_table,
     }
     template = json.loads((settings.path(settings.debezium_dir) / TEMPLATE).read_text())
     return {k: v.format(**values) if isinstance(v, str) else v for k, v in template.items()}
@@ -52,6 +52,37 @@ class ConnectClient:
         r = self._call("PUT", f"/connectors/{name}/config", json=config)
         if not r.ok:
             raise ConnectorError(f"Kafka Connect refused connector {name}: HTTP {r.status_code} {r.text[:2000]}")
+
+    def config(self, name: str) -> dict | None:
+        r = self._call("GET", f"/connectors/{name}/config")
+        return r.json() if r.ok else None
+
+    def task_configs(self, name: str) -> list[dict]:
+        r = self._call("GET", f"/connectors/{name}/tasks")
+        return [t.get("config", {}) for t in r.json()] if r.ok else []
+
+    def wait_task_config(self, name: str, key: str, value: str, timeout_s: float = 120) -> None:
+        """Until the connector's tasks run with `key` = `value` (a config change restarts them)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            tasks = self.task_configs(name)
+            if tasks and all(t.get(key) == value for t in tasks):
+                return
+            if time.monotonic() > deadline:
+                raise ConnectorError(f"connector {name}'s tasks did not pick up {key}={value} in {timeout_s:.0f}s")
+            time.sleep(0.3)
+
+    def wait_incremental_snapshot(self, name: str, timeout_s: float = 1800) -> None:
+        """Until no incremental snapshot is in progress in the connector's committed offset."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            offs = [o.get("offset") or {} for o in self.offsets(name)]
+            if not any(k.startswith("incremental_snapshot") for o in offs for k in o):
+                return
+            if time.monotonic() > deadline:
+                raise ConnectorError(f"connector {name}'s incremental snapshot is still running after "
+                                     f"{timeout_s:.0f}s", hint="see the Connect worker's log; rerun `cdc register`")
+            time.sleep(0.5)
 
     def status(self, name: str) -> dict | None:
         r = self._call("GET", f"/connectors/{name}/status")

@@ -1,12 +1,15 @@
 """`cdc register`: for each source, one Debezium connector covering all its registered
-tables; for each table, its Iceberg target, created from the source's columns."""
+tables; for each table, its Iceberg target (created from the source's columns) and its
+Kafka topic. A table added to a connector whose initial snapshot is done gets an
+incremental snapshot through Debezium's signal table."""
 from __future__ import annotations
 
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.register.connector import ConnectClient, connector_name, postgres_config, topic_for, write_secret
+from cdc.register.topics import ensure_topics
 from cdc.sinks.catalog import load_catalog
-from cdc.sinks.iceberg import ensure_table
+from cdc.sinks.iceberg import ensure_table, mark_snapshotted, snapshot_pending
 from cdc.sources import postgres
 
 
@@ -24,14 +27,36 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
     everything = load_tables(settings)
     client = ConnectClient(settings.connect_url)
     for source in sorted({r.source.name for r in selected}):
-        tables = [t for t in everything if t.source.name == source]
-        src = settings.sources[source]
-        secret = postgres.password(settings, src, source)
-        if settings.connect.url is None:  # the local worker: secret through its FileConfigProvider
-            secret = write_secret(settings.state_dir / "connect" / "secrets", source, secret)
-        name = connector_name(source)
-        client.put_config(name, postgres_config(settings, source, tables, secret))
+        _register_source(settings, client, source, [t for t in everything if t.source.name == source], wait_snapshot)
+
+
+def _register_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration],
+                     wait_snapshot: bool) -> None:
+    src = settings.sources[source]
+    name = connector_name(source)
+    secret = postgres.password(settings, src, source)
+    if settings.connect.url is None:  # the local worker: secret through its FileConfigProvider
+        secret = write_secret(settings.state_dir / "connect" / "secrets", source, secret)
+    config = postgres_config(settings, source, tables, secret)
+    previous = client.config(name)
+    catalog = load_catalog(settings)
+    with postgres.connect(settings, source) as conn:
+        postgres.ensure_signal_table(conn, src.signal_table)
+        ensure_topics(settings.kafka_bootstrap, [topic_for(source, t) for t in tables])
+        client.put_config(name, config)
+        client.wait_task_config(name, "table.include.list", config["table.include.list"])
         client.wait_running(name)
-        if wait_snapshot:
-            client.wait_streaming(name)
-        print(f"connector {name}: running, capturing {len(tables)} table(s)")
+        if not wait_snapshot:
+            return
+        client.wait_streaming(name)
+        pending = snapshot_pending(catalog, tables)
+        if pending and previous is not None:
+            # The connector's initial snapshot is behind it: fill these tables incrementally.
+            names = sorted(f"{t.source.schema_}.{t.source.table}" for t in pending)
+            print(f"connector {name}: incremental snapshot of {', '.join(names)}")
+            txid = postgres.request_incremental_snapshot(conn, src.signal_table, names)
+            client.wait_captured(name, txid & 0xFFFFFFFF)
+            client.wait_incremental_snapshot(name)
+        for t in pending:
+            mark_snapshotted(catalog, t, "incremental" if previous is not None else "initial")
+    print(f"connector {name}: running, capturing {len(tables)} table(s)")

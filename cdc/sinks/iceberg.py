@@ -27,6 +27,7 @@ METADATA_COLUMNS = (
 PROP_COLUMNS = "cdc.columns"
 PROP_KEY = "cdc.key"
 PROP_TOPIC = "cdc.topic"
+PROP_SNAPSHOT = "cdc.source-snapshot"  # how the target's existing rows were captured
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -102,3 +103,20 @@ def table_columns(properties: dict) -> tuple[tuple[Column, ...], tuple[str, ...]
     except KeyError as e:
         raise ConfigError(f"the target table lacks the property {e.args[0]!r} that `cdc register` writes",
                           hint="run `cdc register` for this table") from None
+
+
+def snapshot_pending(catalog, tables: list[TableRegistration]) -> list[TableRegistration]:
+    """Registered tables with a target whose source rows Debezium has not snapshotted yet."""
+    pending = []
+    for t in tables:
+        try:
+            if PROP_SNAPSHOT not in catalog.load_table(t.target).properties:
+                pending.append(t)
+        except NoSuchTableError:
+            continue  # not registered yet: its snapshot comes when it is
+    return pending
+
+
+def mark_snapshotted(catalog, reg: TableRegistration, how: str) -> None:
+    with catalog.load_table(reg.target).transaction() as tx:
+        tx.set_properties({PROP_SNAPSHOT: how})

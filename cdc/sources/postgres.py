@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+import psycopg.sql
 
 from cdc.config.models import Settings, SourceSettings, TableRegistration
 from cdc.errors import ConfigError, SourceError
@@ -72,3 +73,30 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
     columns = tuple(Column(c.name, c.kind, c.nullable and c.name not in key, c.precision, c.scale, c.source_type)
                     for c in columns)
     return SourceTable(columns, key)
+
+
+def _split(qualified: str) -> tuple[str, str]:
+    schema, table = qualified.split(".")
+    return schema, table
+
+
+def ensure_signal_table(conn: psycopg.Connection, signal_table: str) -> None:
+    """Debezium's signal table (id, type, data), created when missing."""
+    schema, table = _split(signal_table)
+    conn.execute(psycopg.sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {}.{} (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, "
+        "data varchar(2048))").format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)))
+
+
+def request_incremental_snapshot(conn: psycopg.Connection, signal_table: str, tables: list[str]) -> int:
+    """Ask Debezium for an incremental snapshot of `tables` (schema.table); returns the id
+    of the signalling transaction."""
+    import json
+    import uuid
+
+    schema, table = _split(signal_table)
+    with conn.transaction():
+        conn.execute(psycopg.sql.SQL("INSERT INTO {}.{} (id, type, data) VALUES (%s, 'execute-snapshot', %s)")
+                     .format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)),
+                     (str(uuid.uuid4()), json.dumps({"data-collections": tables, "type": "incremental"})))
+        return conn.execute("SELECT txid_current()").fetchone()[0]

@@ -1,0 +1,36 @@
+"""Kafka topics of registered tables, created up front so that a job can start on a
+table that has no change yet."""
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdc.errors import ConnectorError
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def existing_topics(bootstrap: str) -> set[str]:
+    try:
+        return set(admin(bootstrap).list_topics(timeout=15).topics)
+    except KafkaException as e:
+        raise ConnectorError(f"Kafka at {bootstrap} is unreachable: {e}",
+                             hint="start it (`cdc stack up`) or set kafka.bootstrap_servers in cdc.yaml") from None
+
+
+def ensure_topics(bootstrap: str, topics: list[str]) -> list[str]:
+    """Create the missing ones (one partition, the cluster's replication factor)."""
+    missing = sorted(set(topics) - existing_topics(bootstrap))
+    if not missing:
+        return []
+    client = admin(bootstrap)  # keep the handle alive until the futures resolve
+    futures = client.create_topics([NewTopic(t, num_partitions=1, replication_factor=-1) for t in missing])
+    for topic, fut in futures.items():
+        try:
+            fut.result(30)
+        except KafkaException as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise ConnectorError(f"cannot create Kafka topic {topic}: {e}") from None
+    return missing

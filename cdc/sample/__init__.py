@@ -1,0 +1,1 @@
+"""The sample shop database that `make run` replicates."""
