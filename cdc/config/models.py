@@ -51,10 +51,17 @@ class SourceSettings(Frozen):
     kind: Literal["postgresql"] = "postgresql"
     host: str = "127.0.0.1"
     port: int = Field(5432, ge=1, le=65535)
+    # The database as Kafka Connect reaches it, when that differs (containers, proxies).
+    connector_host: str | None = None
+    connector_port: int | None = Field(None, ge=1, le=65535)
     database: str
     user: str
     password: str | None = None
     password_file: Path | None = None
+    # What the connector config holds instead of the password, for a Connect cluster with
+    # a config provider, e.g. "${file:/etc/kafka/secrets.properties:pg_password}". Unset:
+    # the local worker reads a secrets file cdc writes; a remote one gets the password.
+    connector_password_ref: str | None = None
     slot_name: str | None = None  # default: cdc_<source name>
     publication_name: str | None = None  # default: cdc_<source name>
     # Debezium's signal table (schema.table): cdc asks it for incremental snapshots of

@@ -27,7 +27,7 @@ def postgres_config(settings: Settings, source: str, tables: list[TableRegistrat
     src = settings.sources[source]
     include = ",".join(sorted({f"{t.source.schema_}.{t.source.table}" for t in tables} | {src.signal_table}))
     values = {
-        "host": src.host, "port": str(src.port), "user": src.user, "password": password_ref,
+        "host": src.connector_host or src.host, "port": str(src.connector_port or src.port), "user": src.user, "password": password_ref,
         "database": src.database, "topic_prefix": source,
         "slot_name": src.slot_name or f"cdc_{source}", "publication_name": src.publication_name or f"cdc_{source}",
         "table_include_list": include, "signal_table": src.signal_table,

@@ -34,9 +34,13 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
                      wait_snapshot: bool) -> None:
     src = settings.sources[source]
     name = connector_name(source)
-    secret = postgres.password(settings, src, source)
-    if settings.connect.url is None:  # the local worker: secret through its FileConfigProvider
-        secret = write_secret(settings.state_dir / "connect" / "secrets", source, secret)
+    if src.connector_password_ref:
+        secret = src.connector_password_ref
+    elif settings.connect.url is None:  # the local worker: secret through its FileConfigProvider
+        secret = write_secret(settings.state_dir / "connect" / "secrets", source,
+                              postgres.password(settings, src, source))
+    else:
+        secret = postgres.password(settings, src, source)
     config = postgres_config(settings, source, tables, secret)
     previous = client.config(name)
     catalog = load_catalog(settings)
