@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import threading
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits
@@ -64,6 +66,24 @@ def _failure(name: str, exc: BaseException) -> CdcError:
     return ApplyError(f"table {name}: the streaming query failed: {detail[:3000]}")
 
 
+def _run_until_stopped(spark, queries: dict) -> None:
+    """Until a query fails (raise) or SIGTERM/SIGINT asks for a stop (return after the
+    queries stop; a batch cut short is not committed and runs again on the next start)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.is_set():
+            spark.streams.awaitAnyTermination(1)  # seconds
+            for name, q in queries.items():
+                if not q.isActive:
+                    exc = q.exception()
+                    raise _failure(name, exc) if exc is not None else ApplyError(f"table {name}: query stopped")
+        print("stop requested: stopping the queries")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run(settings: Settings, tables: list[TableRegistration], available_now: bool) -> None:
     if not tables:
         raise ApplyError("no tables are registered", hint=f"add registrations under {settings.tables_dir}/")
@@ -80,10 +100,7 @@ def run(settings: Settings, tables: list[TableRegistration], available_now: bool
                     raise _failure(name, e) from None
                 print(f"{name}: caught up")
         else:
-            spark.streams.awaitAnyTermination()
-            for name, q in queries.items():
-                if q.exception() is not None:
-                    raise _failure(name, q.exception())
+            _run_until_stopped(spark, queries)
     finally:
         for q in queries.values():
             if q.isActive:

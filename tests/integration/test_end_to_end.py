@@ -105,3 +105,54 @@ def test_table_without_primary_key_is_refused(env, capsys):
 def test_unknown_table_is_a_usage_error(env, capsys):
     assert env.cdc("run", "--available-now", "--table", "no.such") == 2
     assert "no registered table named 'no.such'" in capsys.readouterr().err
+
+
+def test_table_registered_after_the_connector_runs_is_filled(env):
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".late (id int PRIMARY KEY, label text, price numeric(8,3))')
+    env.sql(f'INSERT INTO "{s}".late SELECT g, \'late \' || g, g / 8.0 FROM generate_series(1, 300) g')
+    name = env.register_table("late")
+    assert env.cdc("register", "--table", name) == 0  # incremental snapshot through the signal table
+    env.replicate("late")
+    assert assert_equal(env.dsn, s, "late", env.catalog, f"{s}.late", ("id",)) == 300
+    txid = env.transaction(f'UPDATE "{s}".late SET price = price * 2 WHERE id % 3 = 0',
+                           f'DELETE FROM "{s}".late WHERE id > 290')
+    env.replicate("late", txid)
+    assert assert_equal(env.dsn, s, "late", env.catalog, f"{s}.late", ("id",)) == 290
+
+
+def test_continuous_run_applies_changes_until_interrupted(env, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.compare import differences, source_rows, target_rows
+
+    s = env.schema
+    env.replicate("events")
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run",
+                                 "--table", f"{s}.events"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        env.transaction(f'INSERT INTO "{s}".events SELECT g, \'live \' || g FROM generate_series(200, 260) g',
+                        f'DELETE FROM "{s}".events WHERE id = 100')
+        deadline = time.monotonic() + 180
+        while True:  # poll the condition: the running job makes the target equal the source
+            diffs = differences(source_rows(env.dsn, s, "events", ("id",)),
+                                target_rows(env.catalog, f"{s}.events", ("id",)))
+            if not diffs:
+                break
+            assert proc.poll() is None, f"cdc run exited early:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"not equal after 180s: {diffs[:5]}"
+            time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert "stop requested" in log.read_text()
