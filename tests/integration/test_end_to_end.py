@@ -156,3 +156,28 @@ def test_continuous_run_applies_changes_until_interrupted(env, tmp_path):
             proc.kill()
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert "stop requested" in log.read_text()
+
+
+def test_undecodable_record_stops_the_job_and_commits_nothing(env, capsys):
+    from confluent_kafka import Producer
+
+    from cdc.control.commits import parse_offsets
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".fragile (id int PRIMARY KEY, v text)')
+    name = env.register_table("fragile")
+    assert env.cdc("register", "--table", name) == 0
+    txid = env.transaction(f'INSERT INTO "{s}".fragile VALUES (1, \'ok\')')
+    env.replicate("fragile", txid)
+    topic = f"{env.source}.{s}.fragile"
+    table = env.catalog.load_table(f"{s}.fragile")
+    committed = parse_offsets(table.current_snapshot().summary.additional_properties)[topic]
+    producer = Producer({"bootstrap.servers": env.settings.kafka_bootstrap})
+    producer.produce(topic, key=b'{"schema": {}, "payload": {"id": 2}}', value=b"\x00\x01 not an envelope")
+    producer.flush(30)
+    capsys.readouterr()
+    assert env.cdc("run", "--available-now", "--table", name) == 3
+    err = capsys.readouterr().err
+    assert f"partition 0 offset {committed[0]}: value is not a Debezium JSON envelope" in err
+    table = env.catalog.load_table(f"{s}.fragile")
+    assert parse_offsets(table.current_snapshot().summary.additional_properties)[topic] == committed
