@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -61,87 +62,68 @@ class ConnectClient:
         r = self._call("GET", f"/connectors/{name}/tasks")
         return [t.get("config", {}) for t in r.json()] if r.ok else []
 
-    def wait_task_config(self, name: str, key: str, value: str, timeout_s: float = 120) -> None:
-        """Until the connector's tasks run with `key` = `value` (a config change restarts them)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            tasks = self.task_configs(name)
-            if tasks and all(t.get(key) == value for t in tasks):
-                return
-            if time.monotonic() > deadline:
-                raise ConnectorError(f"connector {name}'s tasks did not pick up {key}={value} in {timeout_s:.0f}s")
-            time.sleep(0.3)
-
-    def wait_incremental_snapshot(self, name: str, timeout_s: float = 1800) -> None:
-        """Until no incremental snapshot is in progress in the connector's committed offset."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            offs = [o.get("offset") or {} for o in self.offsets(name)]
-            if not any(k.startswith("incremental_snapshot") for o in offs for k in o):
-                return
-            if time.monotonic() > deadline:
-                raise ConnectorError(f"connector {name}'s incremental snapshot is still running after "
-                                     f"{timeout_s:.0f}s", hint="see the Connect worker's log; rerun `cdc register`")
-            time.sleep(0.5)
-
     def status(self, name: str) -> dict | None:
         r = self._call("GET", f"/connectors/{name}/status")
         return r.json() if r.ok else None
 
     def offsets(self, name: str) -> list[dict]:
+        """The connector's committed source offsets (the `offset` part of each partition)."""
         r = self._call("GET", f"/connectors/{name}/offsets")
-        return r.json().get("offsets", []) if r.ok else []
-
-    def wait_captured(self, name: str, txid: int, timeout_s: float = 120) -> None:
-        """Until the connector has committed its offset past source transaction `txid`:
-        every change of that transaction is then in Kafka."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            offs = [o.get("offset") or {} for o in self.offsets(name)]
-            if any(int(o.get("txId") or 0) >= txid for o in offs):
-                return
-            if time.monotonic() > deadline:
-                raise ConnectorError(f"connector {name} has not captured transaction {txid} after "
-                                     f"{timeout_s:.0f}s; last committed offsets: {offs}",
-                                     hint="see the Connect worker's log (cdc stack status)")
-            time.sleep(0.2)
+        return [o.get("offset") or {} for o in r.json().get("offsets", [])] if r.ok else []
 
     def delete(self, name: str) -> None:
         r = self._call("DELETE", f"/connectors/{name}")
         if not r.ok and r.status_code != 404:
             raise ConnectorError(f"Kafka Connect refused to delete connector {name}: HTTP {r.status_code} {r.text}")
 
-    def wait_running(self, name: str, timeout_s: float = 120) -> None:
-        """Until the connector and its task run; a failed task raises with its trace."""
+    def _wait(self, name: str, what: str, done: Callable[[], bool], timeout_s: float, interval_s: float = 0.3) -> None:
+        """Poll `done` until it holds; a failed task raises at once with its trace."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        while not done():
+            for t in (self.status(name) or {}).get("tasks", []):
+                if t.get("state") == "FAILED":
+                    raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
+            if time.monotonic() > deadline:
+                raise ConnectorError(f"connector {name}: {what} after {timeout_s:.0f}s; "
+                                     f"committed offsets: {self.offsets(name)}",
+                                     hint="see the Connect worker's log (`cdc stack status` names it)")
+            time.sleep(interval_s)
+
+    def wait_task_config(self, name: str, key: str, value: str, timeout_s: float = 120) -> None:
+        """Until the connector's tasks run with `key` = `value` (a config change restarts them)."""
+        def done() -> bool:
+            tasks = self.task_configs(name)
+            return bool(tasks) and all(t.get(key) == value for t in tasks)
+        self._wait(name, f"tasks have not picked up {key}={value}", done, timeout_s)
+
+    def wait_running(self, name: str, timeout_s: float = 120) -> None:
+        """Until the connector and all its tasks run."""
+        def done() -> bool:
             st = self.status(name) or {}
             tasks = st.get("tasks", [])
-            for t in tasks:
-                if t.get("state") == "FAILED":
-                    raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
-            if st.get("connector", {}).get("state") == "RUNNING" and tasks and \
-                    all(t.get("state") == "RUNNING" for t in tasks):
-                return
-            if time.monotonic() > deadline:
-                raise ConnectorError(f"connector {name} is not running after {timeout_s:.0f}s: {st}")
-            time.sleep(0.5)
+            return st.get("connector", {}).get("state") == "RUNNING" and bool(tasks) and \
+                all(t.get("state") == "RUNNING" for t in tasks)
+        self._wait(name, "not running", done, timeout_s)
 
     def wait_streaming(self, name: str, timeout_s: float = 600) -> None:
-        """Until the connector's committed offset shows its snapshot finished."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            offs = [o.get("offset") or {} for o in self.offsets(name)]
-            if offs and all("snapshot" not in o or o.get("snapshot_completed") for o in offs):
-                return
-            st = self.status(name) or {}
-            for t in st.get("tasks", []):
-                if t.get("state") == "FAILED":
-                    raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
-            if time.monotonic() > deadline:
-                raise ConnectorError(f"connector {name} has not finished its snapshot after {timeout_s:.0f}s; "
-                                     f"last committed offsets: {offs}")
-            time.sleep(0.5)
+        """Until the committed offset shows the initial snapshot finished."""
+        def done() -> bool:
+            offs = self.offsets(name)
+            return bool(offs) and all("snapshot" not in o or o.get("snapshot_completed") for o in offs)
+        self._wait(name, "initial snapshot not finished", done, timeout_s)
+
+    def wait_incremental_snapshot(self, name: str, timeout_s: float = 1800) -> None:
+        """Until no incremental snapshot is in progress in the committed offset."""
+        def done() -> bool:
+            return not any(k.startswith("incremental_snapshot") for o in self.offsets(name) for k in o)
+        self._wait(name, "incremental snapshot still running", done, timeout_s)
+
+    def wait_captured(self, name: str, txid: int, timeout_s: float = 120) -> None:
+        """Until the committed offset is past source transaction `txid`: every change of
+        that transaction is then in Kafka."""
+        def done() -> bool:
+            return any(int(o.get("txId") or 0) >= txid for o in self.offsets(name))
+        self._wait(name, f"transaction {txid} not captured", done, timeout_s, interval_s=0.2)
 
 
 def write_secret(dir_: Path, source: str, value: str) -> str:
