@@ -158,6 +158,21 @@ def test_continuous_run_applies_changes_until_interrupted(env, tmp_path):
     assert "stop requested" in log.read_text()
 
 
+def test_tables_in_one_application_commit_only_their_own_offsets(env):
+    from cdc.control.commits import parse_offsets
+
+    s = env.schema
+    txid = env.transaction(f'UPDATE "{s}".lines SET qty = qty + 1', f'UPDATE "{s}".events SET payload = \'x\'',
+                           f'UPDATE "{s}".all_types SET small = 1 WHERE id = 1')
+    env.wait_captured(txid)
+    assert env.cdc("run", "--available-now") == 0  # every registered table, one SparkSession each
+    for table in ("all_types", "lines", "events", "late"):
+        summary = env.catalog.load_table(f"{s}.{table}").current_snapshot().summary.additional_properties
+        assert list(parse_offsets(summary)) == [f"{env.source}.{s}.{table}"]
+        assert_equal(env.dsn, s, table, env.catalog, f"{s}.{table}", ("id",) if table != "lines"
+                     else ("order_id", "line_no"), FLOAT32)
+
+
 def test_undecodable_record_stops_the_job_and_commits_nothing(env, capsys):
     from confluent_kafka import Producer
 
