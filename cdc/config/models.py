@@ -168,6 +168,9 @@ class TableOptions(Frozen):
     on_error: Literal["fail"] = "fail"
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # How long a deleted key is remembered (by source commit time), so that a late or
+    # replayed older change of that key cannot bring the row back.
+    delete_horizon_hours: int = Field(168, ge=0)
 
 
 class TableRegistration(Frozen):

@@ -11,11 +11,14 @@ from cdc.control import commits
 from cdc.decoding.spark_decode import TOMBSTONE, decode
 from cdc.errors import ApplyError
 from cdc.planning.dedupe import last_per_key
-from cdc.planning.merge import merge_sql, truncate_sql
+from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
+                                truncate_sql)
 from cdc.sinks import iceberg_spark
 from cdc.sources.types import Column
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
+TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
+FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
 
 
 @dataclass
@@ -29,6 +32,15 @@ class TableApplier:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
     job: str
+    deletes_ref: str
+    delete_horizon_hours: int
+
+    def prepare(self, spark) -> "TableApplier":
+        """Create the table's delete memory if missing and drop entries past the horizon."""
+        by_name = {c.name: c for c in self.columns}
+        spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key]))
+        spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
+        return self
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -53,6 +65,7 @@ class TableApplier:
             F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
             F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
             F.max(F.when(F.col("_op") == "t", F.col("_position"))).alias("truncate"),
+            F.sum((F.col("_op") == "d").cast("int")).alias("deletes"),
         ).collect()
         if not stats:
             return
@@ -72,16 +85,24 @@ class TableApplier:
         truncated = max((s.truncate for s in stats if s.truncate), default=None)
         if truncated:
             spark.sql(truncate_sql(self.target_ref, truncated))
+            table.updateProperties().set(TRUNCATED_AT, truncated).commit()
             events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
+        if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
+            spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
         changes = last_per_key(events.where(F.col("_op") != "t"), self.key, tuple(c.name for c in self.columns))
+        remembered = spark.table(self.deletes_ref).select(*self.key, F.col("_cdc_position").alias("_deleted_position"))
+        changes = changes.join(remembered, on=list(self.key), how="left")
         view = f"cdc_batch_{self.name.replace('.', '__')}"
         changes.createOrReplaceTempView(view)
+        if any(s.deletes for s in stats):  # before the target's commit: a crash in between re-runs both
+            spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key))
         table.refresh()
         before = iceberg_spark.current_snapshot_id(table)
         for k, v in props.items():
             spark.conf.set(SNAPSHOT_PROPERTY + k, v)
         try:
-            spark.sql(merge_sql(self.target_ref, view, self.key, tuple(c.name for c in self.columns)))
+            spark.sql(merge_sql(self.target_ref, view, self.key, tuple(c.name for c in self.columns),
+                                floor=iceberg_spark.properties(table).get(TRUNCATED_AT)))
         finally:
             for k in props:
                 spark.conf.unset(SNAPSHOT_PROPERTY + k)

@@ -12,7 +12,7 @@ from cdc.control import commits
 from cdc.errors import ApplyError, CdcError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
-from cdc.planning.merge import table_ref
+from cdc.planning.merge import deletes_ref, table_ref
 from cdc.register.topics import existing_topics
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import table_columns
@@ -49,7 +49,9 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
               .option("includeHeaders", "false"))
     if reg.options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
-    applier = TableApplier(reg.name, ref, topic, columns, key, job=f"{reg.name}@{checkpoint}")
+    applier = TableApplier(reg.name, ref, topic, columns, key, job=f"{reg.name}@{checkpoint}",
+                           deletes_ref=deletes_ref(settings.catalog.name, reg.target),
+                           delete_horizon_hours=reg.options.delete_horizon_hours).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
               .option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="2 seconds")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from cdc.decoding.spark_decode import TOMBSTONE, q
 
+DELETES_SUFFIX = "__cdc_deletes"
+
 METADATA = {
     "_cdc_op": "_op",
     "_cdc_position": "_position",
@@ -18,9 +20,15 @@ METADATA = {
 }
 
 
-def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple[str, ...]) -> str:
+def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple[str, ...],
+              floor: str | None = None) -> str:
     """MERGE INTO `target` USING `batch_view`: delete on `d`, update when newer, insert
-    when absent; a lone tombstone deletes only a row written earlier in its partition."""
+    when absent and newer than the key's remembered delete (`_deleted_position` of the
+    batch view) and than the last truncate (`floor`); a lone tombstone deletes only a row
+    written earlier in its partition."""
+    insert_guard = "(s._deleted_position IS NULL OR s._position > s._deleted_position)"
+    if floor:
+        insert_guard += f" AND s._position > '{check_position(floor)}'"
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
     assign = [(q(c), f"s.{q(c)}") for c in columns] + [(q(m), f"s.{q(src)}") for m, src in METADATA.items()]
     set_clause = ", ".join(f"t.{name} = {value}" for name, value in assign if name not in {q(k) for k in key})
@@ -32,17 +40,54 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
         f"WHEN MATCHED AND s._op = '{TOMBSTONE}' AND s._partition = t._cdc_kafka_partition"
         f" AND s._offset > t._cdc_kafka_offset THEN DELETE\n"
         f"WHEN MATCHED AND s._op IN ('c', 'u', 'r') AND s._position > t._cdc_position THEN UPDATE SET {set_clause}\n"
-        f"WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
+        f"WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND {insert_guard} "
+        f"THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
     )
+
+
+def remember_deletes_sql(deletes: str, batch_view: str, key: tuple[str, ...]) -> str:
+    """Record the batch's deletes (key, position, source time) in the table's delete memory,
+    keeping the newest position per key."""
+    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
+    cols = ", ".join([q(k) for k in key] + ["_cdc_position", "_cdc_source_ts"])
+    vals = ", ".join([f"s.{q(k)}" for k in key] + ["s._position", "s._source_ts"])
+    return (
+        f"MERGE INTO {deletes} t USING (SELECT * FROM {q(batch_view)} WHERE _op = 'd') s ON {on}\n"
+        f"WHEN MATCHED AND s._position > t._cdc_position THEN UPDATE SET "
+        f"t._cdc_position = s._position, t._cdc_source_ts = s._source_ts\n"
+        f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({vals})"
+    )
+
+
+def forget_deletes_sql(deletes: str, horizon_hours: int) -> str:
+    """Drop remembered deletes older than the horizon (by source commit time)."""
+    return (f"DELETE FROM {deletes} WHERE _cdc_source_ts < "
+            f"current_timestamp() - make_dt_interval(0, {int(horizon_hours)}, 0, 0)")
+
+
+def deletes_table_sql(deletes: str, key_types: list[tuple[str, str]]) -> str:
+    cols = ", ".join(f"{q(k)} {t} NOT NULL" for k, t in key_types)
+    return (f"CREATE TABLE IF NOT EXISTS {deletes} ({cols}, _cdc_position STRING, _cdc_source_ts TIMESTAMP) "
+            f"USING iceberg TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read', "
+            f"'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')")
+
+
+def check_position(position: str) -> str:
+    if not position or not all(ch in "0123456789abcdef" for ch in position):
+        raise ValueError(f"not a position: {position!r}")
+    return position
 
 
 def truncate_sql(target: str, position: str) -> str:
     """Rows written before a truncate at `position` go; later ones stay."""
-    if not all(ch in "0123456789abcdef" for ch in position):
-        raise ValueError(f"not a position: {position!r}")
-    return f"DELETE FROM {target} WHERE _cdc_position < '{position}'"
+    return f"DELETE FROM {target} WHERE _cdc_position < '{check_position(position)}'"
 
 
 def table_ref(catalog: str, target: str) -> str:
     """`catalog`.`namespace`.`table`, quoted."""
     return ".".join(q(p) for p in (catalog, *target.split(".")))
+
+
+def deletes_ref(catalog: str, target: str) -> str:
+    """The delete memory of a target: `<namespace>.<table>__cdc_deletes`."""
+    return table_ref(catalog, target + DELETES_SUFFIX)

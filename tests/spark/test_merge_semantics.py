@@ -11,7 +11,7 @@ from cdc.config.models import TableRegistration
 from cdc.control.commits import parse_offsets
 from cdc.errors import ApplyError
 from cdc.jobs.apply import TableApplier
-from cdc.planning.merge import table_ref
+from cdc.planning.merge import deletes_ref, table_ref
 from cdc.planning.position import source_part
 from cdc.sinks.iceberg import ensure_table
 from cdc.sources.types import Column
@@ -24,13 +24,14 @@ COLUMNS = (Column("id", "int", nullable=False), Column("v", "string"), Column("n
 
 
 class Harness:
-    def __init__(self, spark, catalog, name):
+    def __init__(self, spark, catalog, name, horizon_hours=168):
         self.spark, self.catalog = spark, catalog
         reg = TableRegistration(name=f"ns.{name}", source={"name": "src", "schema": "public", "table": name})
         self.topic = Topic(name=f"src.public.{name}")
         ensure_table(catalog, reg, COLUMNS, ("id",), self.topic.name)
         self.applier = TableApplier(reg.name, table_ref("scratch", reg.target), self.topic.name, COLUMNS, ("id",),
-                                    job="test")
+                                    job="test", deletes_ref=deletes_ref("scratch", reg.target),
+                                    delete_horizon_hours=horizon_hours).prepare(spark)
         self.ident = reg.target
         self.batch_id = 0
 
@@ -135,6 +136,42 @@ def test_reapplying_a_batch_changes_nothing(h):
     after = h.rows()
     assert {k: (r["v"], r["n"], r["_cdc_op"]) for k, r in after.items()} == {1: ("a", 1, "c")}
     assert source_part(after[1]["_cdc_position"]) == source_part(before[0][1]["_cdc_position"])
+
+
+def test_deleted_key_never_comes_back_from_a_late_older_change(h):
+    create = h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    h.apply()
+    h.topic.change("d", {"id": 1, "v": "a", "n": 1}, 200, 210)
+    h.topic.tombstone({"id": 1})
+    h.apply()
+    # The create arrives again on its own (a replay), later in the log than the delete.
+    h.apply([(create[0], create[1], create[2], create[3], h.topic.next_offset)])
+    assert h.values() == {}
+    # A genuinely newer insert of the key does come back.
+    h.topic.next_offset += 1
+    h.topic.change("c", {"id": 1, "v": "again", "n": 2}, 300, 310)
+    h.apply()
+    assert h.values() == {1: "again"}
+
+
+def test_delete_memory_past_its_horizon_is_forgotten(scratch, table_name):
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name, horizon_hours=1)
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110, ts_ms=1_700_000_000_000)
+    h.topic.change("d", {"id": 1, "v": "a", "n": 1}, 200, 210, ts_ms=1_700_000_000_000)  # 2023: past 1h
+    h.apply()
+    remembered = spark.table(h.applier.deletes_ref).count()
+    h.applier.prepare(spark)  # a job start drops entries older than the horizon
+    assert (remembered, spark.table(h.applier.deletes_ref).count()) == (1, 0)
+
+
+def test_change_older_than_a_truncate_never_inserts(h):
+    create = h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    h.apply()
+    h.topic.truncate(200, 210)
+    h.apply()
+    h.apply([(create[0], create[1], create[2], create[3], h.topic.next_offset)])
+    assert h.values() == {}
 
 
 def test_snapshot_summary_carries_offsets_and_batch_id(h):

@@ -1,6 +1,6 @@
 import pytest
 
-from cdc.planning.merge import merge_sql, table_ref, truncate_sql
+from cdc.planning.merge import forget_deletes_sql, merge_sql, remember_deletes_sql, table_ref, truncate_sql
 
 
 def test_merge_is_guarded_by_position_and_quotes_identifiers():
@@ -9,7 +9,8 @@ def test_merge_is_guarded_by_position_and_quotes_identifiers():
     assert "s._op = 'd' AND s._position > t._cdc_position THEN DELETE" in sql
     assert "s._op IN ('c', 'u', 'r') AND s._position > t._cdc_position THEN UPDATE SET t.`select` = s.`select`" in sql
     assert "t.`id` = s.`id`," not in sql.split("UPDATE SET")[1]  # keys are never updated
-    assert "WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') THEN INSERT" in sql
+    assert ("WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND "
+            "(s._deleted_position IS NULL OR s._position > s._deleted_position) THEN INSERT") in sql
     assert "s._offset > t._cdc_kafka_offset THEN DELETE" in sql
 
 
@@ -26,3 +27,16 @@ def test_truncate_refuses_non_position():
 
 def test_table_ref_quotes_backticks():
     assert table_ref("lake", "ns.t") == "`lake`.`ns`.`t`"
+
+
+def test_truncate_floor_guards_inserts():
+    sql = merge_sql("x", "b", ("id",), ("id",), floor="00aa")
+    assert "s._position > '00aa' THEN INSERT" in sql
+    with pytest.raises(ValueError):
+        merge_sql("x", "b", ("id",), ("id",), floor="' OR 1=1 --")
+
+
+def test_delete_memory_keeps_the_newest_position():
+    sql = remember_deletes_sql("`d`", "b", ("id",))
+    assert "WHERE _op = 'd'" in sql and "s._position > t._cdc_position THEN UPDATE" in sql
+    assert "make_dt_interval(0, 24, 0, 0)" in forget_deletes_sql("`d`", 24)
