@@ -36,7 +36,13 @@ def merged_offsets(committed: dict[int, int], batch: list[PartitionRange]) -> di
 
 
 def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: str,
-                       position: str | None, source_ts_ms: int | None) -> dict[str, str]:
+                       position: str | None, source_ts_ms: int | None,
+                       previous: dict | None = None) -> dict[str, str]:
+    """The cdc keys of a batch's snapshot summary. Position and source time carry over
+    from `previous` (the last committed summary) and never go backwards."""
+    previous = previous or {}
+    if previous.get(POSITION) and (not position or previous[POSITION] > position):
+        position, source_ts_ms = previous[POSITION], int(previous[SOURCE_TS]) if SOURCE_TS in previous else None
     props = {
         OFFSETS: json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}}),
         BATCH_ID: str(batch_id),

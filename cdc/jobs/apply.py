@@ -3,11 +3,14 @@ truncate, dedupe, one MERGE whose snapshot carries the batch's offsets."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc.control import commits
+from cdc.control.checkpoint import batch_end_offsets
+from cdc.control.faults import crash_point
 from cdc.decoding.spark_decode import TOMBSTONE, decode
 from cdc.errors import ApplyError
 from cdc.planning.dedupe import last_per_key
@@ -34,6 +37,8 @@ class TableApplier:
     job: str
     deletes_ref: str
     delete_horizon_hours: int
+    checkpoint: Path | None = None  # where the batch's planned end offsets are read
+    skip_committed: bool = True  # False for a replay: re-apply what the table already holds
 
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
@@ -45,8 +50,9 @@ class TableApplier:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         table = iceberg_spark.load_table(spark, self.target_ref)
-        committed = commits.parse_offsets(iceberg_spark.last_committed_summary(table)).get(self.topic, {})
-        if committed:  # records the table already holds (a replay, a lost checkpoint) are skipped
+        summary = iceberg_spark.last_committed_summary(table)
+        committed = commits.parse_offsets(summary).get(self.topic, {})
+        if committed and self.skip_committed:  # what the table holds (a re-run batch, a lost checkpoint)
             seen = None
             for p, o in committed.items():
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
@@ -54,11 +60,18 @@ class TableApplier:
             batch = batch.where(~seen)
         events = decode(batch, self.columns, self.key).persist()
         try:
-            self._apply(spark, table, events, committed, batch_id)
+            self._apply(spark, table, events, summary, committed, self._planned_end(batch_id), batch_id)
         finally:
             events.unpersist()
 
-    def _apply(self, spark, table, events: DataFrame, committed: dict[int, int], batch_id: int) -> None:
+    def _planned_end(self, batch_id: int) -> dict[int, int]:
+        """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""
+        if self.checkpoint is None:
+            return {}
+        return (batch_end_offsets(self.checkpoint, batch_id) or {}).get(self.topic, {})
+
+    def _apply(self, spark, table, events: DataFrame, summary: dict | None, committed: dict[int, int],
+               planned_end: dict[int, int], batch_id: int) -> None:
         stats = events.groupBy("_partition").agg(
             F.min("_offset").alias("first"), F.max("_offset").alias("last"),
             F.max("_position").alias("position"),
@@ -68,6 +81,12 @@ class TableApplier:
             F.sum((F.col("_op") == "d").cast("int")).alias("deletes"),
         ).collect()
         if not stats:
+            # Nothing new (a re-run batch the table holds, or offsets without records): record
+            # the planned end so the table's offsets keep up with the checkpoint's.
+            ahead = {p: o for p, o in planned_end.items() if o > committed.get(p, 0)}
+            if ahead:
+                iceberg_spark.commit_summary_only(table, commits.summary_properties(
+                    self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary))
             return
         if any(s.errors for s in stats):
             bad = events.where(F.col("_error").isNotNull()).select("_partition", "_offset", "_error").first()
@@ -79,9 +98,13 @@ class TableApplier:
         ranges = [commits.PartitionRange(s["_partition"], s.first, s.last) for s in stats]
         positions = [s.position for s in stats if s.position]
         ts = [s.source_ts_ms for s in stats if s.source_ts_ms is not None]
-        props = commits.summary_properties(self.topic, commits.merged_offsets(committed, ranges), batch_id,
+        offsets = commits.merged_offsets(committed, ranges)
+        for p, o in planned_end.items():  # compacted topics leave gaps: the planned end is exact
+            offsets[p] = max(offsets.get(p, 0), o)
+        props = commits.summary_properties(self.topic, offsets, batch_id,
                                            self.job, max(positions) if positions else None,
-                                           max(ts) if ts else None)
+                                           max(ts) if ts else None, summary)
+        crash_point("before-merge")
         truncated = max((s.truncate for s in stats if s.truncate), default=None)
         if truncated:
             spark.sql(truncate_sql(self.target_ref, truncated))
@@ -109,3 +132,4 @@ class TableApplier:
         table.refresh()
         if iceberg_spark.current_snapshot_id(table) == before:
             iceberg_spark.commit_summary_only(table, props)
+        crash_point("after-commit")

@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import threading
+import time
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits
@@ -13,7 +14,9 @@ from cdc.errors import ApplyError, CdcError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
 from cdc.planning.merge import deletes_ref, table_ref
-from cdc.register.topics import existing_topics
+from cdc.control.checkpoint import committed_end_offsets, decide_start
+from cdc.control.gaps import check_offsets_available
+from cdc.register.topics import existing_topics, watermarks
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import table_columns
 
@@ -40,7 +43,13 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
         raise ApplyError(f"Kafka topic {topic} of table {reg.name} does not exist",
                          hint=f"run `cdc register --table {reg.name}` (it creates the topic and the connector)")
     committed = commits.parse_offsets(iceberg_spark.last_committed_summary(table)).get(topic, {})
+    check_offsets_available(reg.name, topic, committed, watermarks(settings.kafka_bootstrap, topic))
     checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
+    if decide_start(reg.name, topic, committed, committed_end_offsets(checkpoint)).stale:
+        aside = checkpoint.with_name(f"{checkpoint.name}.stale-{int(time.time())}")
+        checkpoint.rename(aside)
+        print(f"{reg.name}: checkpoint {checkpoint} belongs to another topic; moved to {aside}, "
+              f"resuming from the table's committed offsets")
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
               .option("subscribe", topic)
@@ -49,7 +58,7 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
               .option("includeHeaders", "false"))
     if reg.options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
-    applier = TableApplier(reg.name, ref, topic, columns, key, job=f"{reg.name}@{checkpoint}",
+    applier = TableApplier(reg.name, ref, topic, columns, key, job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint,
                            deletes_ref=deletes_ref(settings.catalog.name, reg.target),
                            delete_horizon_hours=reg.options.delete_horizon_hours).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)

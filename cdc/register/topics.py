@@ -34,3 +34,20 @@ def ensure_topics(bootstrap: str, topics: list[str]) -> list[str]:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise ConnectorError(f"cannot create Kafka topic {topic}: {e}") from None
     return missing
+
+
+def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """(earliest, end) offset per partition of `topic`."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-watermarks", "enable.auto.commit": False,
+                         "log_level": 0})
+    try:
+        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return {}
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in meta.partitions}
+    except KafkaException as e:
+        raise ConnectorError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+    finally:
+        consumer.close()

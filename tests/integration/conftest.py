@@ -106,3 +106,9 @@ def _cleanup(env: Env) -> None:
     env.sql(f'DROP SCHEMA IF EXISTS "{env.schema}" CASCADE')
     for ident in env.catalog.list_tables(env.schema) if env.schema in [n[0] for n in env.catalog.list_namespaces()] else []:
         env.catalog.purge_table(ident)
+
+
+def end_offset(env: Env, topic: str, partition: int = 0) -> int:
+    from cdc.register.topics import watermarks
+
+    return watermarks(env.settings.kafka_bootstrap, topic)[partition][1]

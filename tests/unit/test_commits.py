@@ -24,3 +24,13 @@ def test_already_committed():
 
 def test_parse_offsets_without_summary():
     assert parse_offsets(None) == {} and parse_offsets({"other": "x"}) == {}
+
+
+def test_position_never_goes_backwards():
+    prev = summary_properties("t", {0: 5}, 1, "j", "00bb", 200)
+    props = summary_properties("t", {0: 9}, 2, "j", "00aa", 100, previous=prev)
+    assert (props["cdc.position"], props["cdc.source-ts-ms"]) == ("00bb", "200")
+    props = summary_properties("t", {0: 9}, 2, "j", None, None, previous=prev)
+    assert props["cdc.position"] == "00bb"
+    props = summary_properties("t", {0: 9}, 2, "j", "00cc", 300, previous=prev)
+    assert (props["cdc.position"], props["cdc.source-ts-ms"]) == ("00cc", "300")

@@ -1,0 +1,58 @@
+"""Reading a Structured Streaming checkpoint's offset log (no Spark needed), and deciding
+how a table's job starts from it and from the table's own history."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdc.errors import ApplyError
+
+
+def _batch_ids(d: Path) -> list[int]:
+    return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.is_dir() else []
+
+
+def batch_end_offsets(checkpoint: Path, batch_id: int) -> dict[str, dict[int, int]] | None:
+    """The end offsets (next offset to read) of one planned batch: `offsets/<id>` is
+    written before the batch runs. None when the log is not readable here."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except OSError:
+        return None
+    if len(lines) < 3 or not lines[2].strip().startswith("{"):
+        return None
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in json.loads(lines[2]).items()}
+
+
+def committed_end_offsets(checkpoint: Path) -> dict[str, dict[int, int]] | None:
+    """End offsets of the newest batch the checkpoint marks committed, or None."""
+    done = _batch_ids(checkpoint / "commits")
+    return batch_end_offsets(checkpoint, done[-1]) if done else None
+
+
+@dataclass(frozen=True)
+class StartDecision:
+    """`stale`: the checkpoint belongs to another topic and must be moved aside."""
+
+    stale: bool
+
+
+def decide_start(table: str, topic: str, table_offsets: dict[int, int],
+                 checkpoint_offsets: dict[str, dict[int, int]] | None) -> StartDecision:
+    """How a job starts. The table's history is the truth: a checkpoint behind it is fine
+    (what the table holds is skipped), one of another topic is stale, one ahead of it
+    means the table was rolled back, which only a replay can repair."""
+    if checkpoint_offsets is None:
+        return StartDecision(stale=False)
+    if set(checkpoint_offsets) != {topic}:
+        return StartDecision(stale=True)
+    ahead = {p: (table_offsets.get(p, 0), o) for p, o in checkpoint_offsets[topic].items()
+             if o > table_offsets.get(p, 0)}
+    if ahead:
+        detail = ", ".join(f"partition {p}: table at {t}, checkpoint at {c}" for p, (t, c) in sorted(ahead.items()))
+        raise ApplyError(f"table {table}: its checkpoint is ahead of the table's committed offsets ({detail}); "
+                         f"the table was rolled back or lost commits",
+                         hint=f"re-apply the missing window with `cdc replay --table {table} --from-offsets "
+                              f"'{json.dumps({topic: {str(p): t for p, (t, _) in sorted(ahead.items())}})}'`")
+    return StartDecision(stale=False)

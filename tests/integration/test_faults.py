@@ -1,0 +1,117 @@
+"""Faults on the real stack: the driver killed at exact crash points, a lost checkpoint,
+a rolled-back table, a retention gap. The target must equal the source with no key twice,
+and offsets must never advance without their data."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cdc.control.commits import parse_offsets
+from cdc.control.faults import ENV as CRASH_ENV
+from tests.compare import assert_equal
+
+
+def cdc_process(env, table: str, crash: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`cdc run --available-now` as its own driver process (so it can be killed)."""
+    extra = {CRASH_ENV: crash} if crash else {}
+    return subprocess.run([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run",
+                           "--available-now", "--table", f"{env.schema}.{table}"],
+                          env={**os.environ, **extra}, capture_output=True, text=True, timeout=timeout)
+
+
+def offsets_history(env, table: str) -> list[int]:
+    """Committed end offset of partition 0, snapshot by snapshot (data commits only)."""
+    t = env.catalog.load_table(f"{env.schema}.{table}")
+    topic = f"{env.source}.{env.schema}.{table}"
+    return [parse_offsets(s.summary.additional_properties)[topic][0] for s in t.snapshots()
+            if topic in parse_offsets(s.summary.additional_properties)]
+
+
+@pytest.fixture(scope="module")
+def fenv(it_env):
+    s = it_env.schema
+    for t in ("crash_a", "crash_b", "lost_cp", "rolled", "expired"):
+        it_env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v text, n numeric(10,2))')
+        it_env.sql(f'INSERT INTO "{s}".{t} SELECT g, \'v\' || g, g FROM generate_series(1, 50) g')
+        it_env.register_table(t)
+        assert it_env.cdc("register", "--table", f"{s}.{t}") == 0
+        it_env.replicate(t)
+    return it_env
+
+
+def churn(env, table: str) -> int:
+    s = env.schema
+    return env.transaction(f'UPDATE "{s}".{table} SET v = v || \'+\', n = n + 1 WHERE id % 3 = 0',
+                           f'DELETE FROM "{s}".{table} WHERE id % 10 = 0',
+                           f'INSERT INTO "{s}".{table} SELECT g, \'new\', g FROM generate_series(100, 120) g',
+                           f'UPDATE "{s}".{table} SET v = \'twice\' WHERE id = 1',
+                           f'UPDATE "{s}".{table} SET v = \'thrice\' WHERE id = 1')
+
+
+def test_driver_killed_before_the_merge(fenv):
+    before = offsets_history(fenv, "crash_a")
+    fenv.wait_captured(churn(fenv, "crash_a"))
+    crashed = cdc_process(fenv, "crash_a", crash="before-merge:1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    assert offsets_history(fenv, "crash_a") == before  # nothing committed
+    fenv.replicate("crash_a")
+    assert_equal(fenv.dsn, fenv.schema, "crash_a", fenv.catalog, f"{fenv.schema}.crash_a", ("id",))
+    history = offsets_history(fenv, "crash_a")
+    assert len(history) == len(before) + 1 and history == sorted(set(history))
+
+
+def test_driver_killed_after_the_iceberg_commit_before_the_checkpoint_commit(fenv):
+    before = offsets_history(fenv, "crash_b")
+    fenv.wait_captured(churn(fenv, "crash_b"))
+    crashed = cdc_process(fenv, "crash_b", crash="after-commit:1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    committed = offsets_history(fenv, "crash_b")
+    assert len(committed) == len(before) + 1  # the batch is in the table, not in the checkpoint's commit log
+    fenv.replicate("crash_b")  # Spark re-runs the batch: the table's history says it is applied
+    assert offsets_history(fenv, "crash_b") == committed
+    assert_equal(fenv.dsn, fenv.schema, "crash_b", fenv.catalog, f"{fenv.schema}.crash_b", ("id",))
+
+
+def test_checkpoint_deleted_resumes_from_the_table(fenv):
+    shutil.rmtree(fenv.settings.path(fenv.settings.spark.checkpoint_dir) / f"{fenv.schema}.lost_cp")
+    before = offsets_history(fenv, "lost_cp")
+    fenv.replicate("lost_cp", churn(fenv, "lost_cp"))
+    history = offsets_history(fenv, "lost_cp")
+    assert len(history) == len(before) + 1 and history[-1] > before[-1]  # only the new records, once
+    assert_equal(fenv.dsn, fenv.schema, "lost_cp", fenv.catalog, f"{fenv.schema}.lost_cp", ("id",))
+
+
+def test_table_rolled_back_behind_its_checkpoint_stops_the_job(fenv, spark, capsys):
+    fenv.replicate("rolled", churn(fenv, "rolled"))
+    snaps = [s for s in fenv.catalog.load_table(f"{fenv.schema}.rolled").snapshots()]
+    spark.sql(f"CALL {fenv.settings.catalog.name}.system.rollback_to_snapshot("
+              f"'{fenv.schema}.rolled', {snaps[-2].snapshot_id})")
+    capsys.readouterr()
+    assert fenv.cdc("run", "--available-now", "--table", f"{fenv.schema}.rolled") == 3
+    err = capsys.readouterr().err
+    assert "checkpoint is ahead of the table's committed offsets" in err and "cdc replay --table" in err
+
+
+def test_retention_gap_fails_loudly_and_commits_nothing(fenv, capsys):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    before = offsets_history(fenv, "expired")
+    fenv.wait_captured(churn(fenv, "expired"))
+    topic = f"{fenv.source}.{fenv.schema}.expired"
+    admin = AdminClient({"bootstrap.servers": fenv.settings.kafka_bootstrap})
+    from tests.integration.conftest import end_offset
+    end = end_offset(fenv, topic)
+    for fut in admin.delete_records([TopicPartition(topic, 0, end)]).values():
+        fut.result(30)  # as retention would: the log now starts at `end`
+    capsys.readouterr()
+    assert fenv.cdc("run", "--available-now", "--table", f"{fenv.schema}.expired") == 3
+    err = capsys.readouterr().err
+    assert f"partition 0 no longer holds offsets {before[-1]}..{end - 1}" in err
+    assert "cdc bootstrap --table" in err
+    assert offsets_history(fenv, "expired") == before
