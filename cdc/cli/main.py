@@ -49,6 +49,16 @@ def _run(args) -> int:
     return 0
 
 
+def _replay(args) -> int:
+    from cdc.jobs.runner import replay
+
+    settings = load_settings(args.config)
+    (reg,) = load_tables(settings, args.table)
+    replay(settings, reg, earliest=args.from_earliest, offsets=args.from_offsets, timestamp=args.from_timestamp,
+           position=args.from_position)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cdc", description="Debezium change events applied to Apache Iceberg.")
     p.add_argument("--config", help="path to cdc.yaml (default: ./cdc.yaml or $CDC_CONFIG)")
@@ -69,6 +79,15 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--available-now", action="store_true",
                     help="process what is in Kafka now, commit, and exit")
     rn.set_defaults(func=_run)
+
+    rp = sub.add_parser("replay", help="re-read a window of a table's topic and re-apply it")
+    rp.add_argument("--table", required=True, help="the registered table")
+    window = rp.add_mutually_exclusive_group(required=True)
+    window.add_argument("--from-earliest", action="store_true", help="from the oldest record Kafka holds")
+    window.add_argument("--from-offsets", metavar="JSON", help='e.g. \'{"<topic>": {"0": 1200}}\'')
+    window.add_argument("--from-timestamp", metavar="TS", help="epoch milliseconds or ISO-8601 (UTC by default)")
+    window.add_argument("--from-position", metavar="POS", help="a _cdc_position value")
+    rp.set_defaults(func=_replay)
     return p
 
 
@@ -84,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception:  # noqa: BLE001 - anything unplanned: a traceback, and "other failure"
+        import traceback
+
+        traceback.print_exc()
+        print("cdc: error: unexpected failure (traceback above)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

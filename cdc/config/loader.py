@@ -56,7 +56,10 @@ def describe(e: ValidationError, path: Path) -> str:
             lines.append(f"{path}: {loc} is required")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{path}: {loc}: {msg} (current value: {err.get('input')!r})")
+            value = err.get("input")
+            # Never echo secrets, nor whole sections (they may hold one).
+            shown = "" if isinstance(value, (dict, list)) or "password" in loc else f" (current value: {value!r})"
+            lines.append(f"{path}: {loc}: {msg}{shown}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TOPIC_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -56,7 +56,7 @@ class SourceSettings(Frozen):
     connector_port: int | None = Field(None, ge=1, le=65535)
     database: str
     user: str
-    password: str | None = None
+    password: SecretStr | None = None
     password_file: Path | None = None
     # What the connector config holds instead of the password, for a Connect cluster with
     # a config provider, e.g. "${file:/etc/kafka/secrets.properties:pg_password}". Unset:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from cdc.errors import ApplyError
 
+REFILL = ("re-fill the table from the source: drop its target and checkpoint, then "
+          "`cdc register --table {table}` (Debezium snapshots it again)")
+
 
 def check_offsets_available(table: str, topic: str, committed: dict[int, int],
                             watermarks: dict[int, tuple[int, int]]) -> None:
@@ -12,14 +15,13 @@ def check_offsets_available(table: str, topic: str, committed: dict[int, int],
         if p not in watermarks:
             raise ApplyError(f"table {table}: topic {topic} has no partition {p}, but the table has applied "
                              f"offsets of it up to {next_offset - 1}; the topic was recreated or shrunk",
-                             hint=f"re-bootstrap the table: `cdc bootstrap --table {table}`")
+                             hint=REFILL.format(table=table))
         low, high = watermarks[p]
         if next_offset < low:
             raise ApplyError(f"table {table}: topic {topic} partition {p} no longer holds offsets "
                              f"{next_offset}..{low - 1}, which the table has not applied (retention deleted them)",
-                             hint=f"the gap cannot be replayed from Kafka; re-bootstrap the table: "
-                                  f"`cdc bootstrap --table {table}`")
+                             hint="the gap cannot be replayed from Kafka; " + REFILL.format(table=table))
         if next_offset > high:
             raise ApplyError(f"table {table}: topic {topic} partition {p} ends at offset {high}, but the table has "
                              f"applied up to {next_offset - 1}; the topic was recreated (offsets went backwards)",
-                             hint=f"re-bootstrap the table: `cdc bootstrap --table {table}`")
+                             hint=REFILL.format(table=table))

@@ -59,8 +59,9 @@ def payload_of(message: bytes | str | None) -> dict | None:
         doc = json.loads(message)
     except (ValueError, UnicodeDecodeError) as e:
         raise DecodeError(f"value is not JSON: {e}") from None
-    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
-        doc = doc["payload"]
+    if not (isinstance(doc, dict) and "payload" in doc and "schema" in doc):
+        raise DecodeError("value is not a JSON-converter message with schema and payload")
+    doc = doc["payload"]
     if not isinstance(doc, dict):
         raise DecodeError(f"payload is not a JSON object: {str(doc)[:80]!r}")
     return doc
@@ -72,9 +73,9 @@ def decode(key: bytes | str | None, value: bytes | str | None, partition: int, o
     body = payload_of(value)
     op = Operation.of(body.get(OP)) if body is not None else None
     source = (body or {}).get(SOURCE) or {}
-    if body is not None and not source.get("lsn") and not source.get("sequence"):
-        raise DecodeError(f"record at partition {partition} offset {offset} has no source position")
     position = postgres_position(source, op.value, partition, offset) if op else None
+    if position is not None and position[16:32] == "0" * 16:
+        raise DecodeError(f"record at partition {partition} offset {offset} has no source position")
     if op is Operation.TRUNCATE:  # a truncate has no key: it applies to the whole table
         return ChangeEvent({}, op, None, position, source.get("ts_ms"), partition, offset)
     key_doc = payload_of(key)
@@ -110,7 +111,7 @@ def last_per_key(events: list[ChangeEvent]) -> dict[tuple, ChangeEvent]:
         w = winners.get(k)
         if w is None:
             result[k] = t
-        elif t.offset > w.offset:
+        elif t.partition == w.partition and t.offset > w.offset:
             result[k] = ChangeEvent(w.key, Operation.DELETE, w.key, w.position, w.source_ts_ms,
                                     w.partition, w.offset)
     return result

@@ -13,10 +13,14 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc.decoding.envelope import Operation
 from cdc.sources.types import Column
 
 TOMBSTONE = "tombstone"
-OPS = ("c", "u", "d", "r", "t")
+OPS = tuple(op.value for op in Operation)
+# With partial JSON results off (see jobs/session.py), a value that does not parse into its
+# column's type voids the whole payload instead of becoming a silent null.
+NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope of this table, or a value does not fit its column type"
 
 
 def q(name: str) -> str:
@@ -63,8 +67,9 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
     data = [(F.col("_k") if c.name in key else row).getField(c.name).alias(c.name) for c in columns]
     key_missing = reduce(lambda a, b: a | b, [F.col("_k").getField(k).isNull() for k in key], F.col("_k").isNull())
     error = (
-        F.when(~F.col("_null_value") & F.col("_v").isNull(), F.lit("value is not a Debezium JSON envelope"))
-        .when(~F.col("_op").isin(*OPS, TOMBSTONE), F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null"))))
+        F.when(~F.col("_null_value") & F.col("_v").isNull(), F.lit(NOT_AN_ENVELOPE))
+        .when(F.col("_op").isNull() | ~F.col("_op").isin(*OPS, TOMBSTONE),
+              F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null"))))
         .when((F.col("_op") != "t") & key_missing, F.lit("record has no key"))
         .when((F.col("_op") != TOMBSTONE) & F.col("_position").isNull(), F.lit("record has no source position"))
         .when(F.col("_op").isin("c", "u", "r") & F.col("_v.after").isNull(), F.lit("change has no 'after' row"))

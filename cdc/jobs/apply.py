@@ -3,6 +3,7 @@ truncate, dedupe, one MERGE whose snapshot carries the batch's offsets."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -11,7 +12,7 @@ from pyspark.sql import functions as F
 from cdc.control import commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
-from cdc.decoding.spark_decode import TOMBSTONE, decode
+from cdc.decoding.spark_decode import TOMBSTONE, decode, q
 from cdc.errors import ApplyError
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
@@ -108,13 +109,18 @@ class TableApplier:
         truncated = max((s.truncate for s in stats if s.truncate), default=None)
         if truncated:
             spark.sql(truncate_sql(self.target_ref, truncated))
-            table.updateProperties().set(TRUNCATED_AT, truncated).commit()
+            if truncated > (iceberg_spark.properties(table).get(TRUNCATED_AT) or ""):  # a replay never lowers it
+                table.updateProperties().set(TRUNCATED_AT, truncated).commit()
             events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
         changes = last_per_key(events.where(F.col("_op") != "t"), self.key, tuple(c.name for c in self.columns))
-        remembered = spark.table(self.deletes_ref).select(*self.key, F.col("_cdc_position").alias("_deleted_position"))
-        changes = changes.join(remembered, on=list(self.key), how="left")
+        remembered = spark.table(self.deletes_ref).select(
+            *[F.col(q(k)).alias(f"_deleted_{i}") for i, k in enumerate(self.key)],
+            F.col("_cdc_position").alias("_deleted_position"))
+        on = [F.col(q(k)).eqNullSafe(F.col(f"_deleted_{i}")) for i, k in enumerate(self.key)]
+        changes = changes.join(remembered, on=reduce(lambda a, b: a & b, on), how="left").drop(
+            *[f"_deleted_{i}" for i in range(len(self.key))])
         view = f"cdc_batch_{self.name.replace('.', '__')}"
         changes.createOrReplaceTempView(view)
         if any(s.deletes for s in stats):  # before the target's commit: a crash in between re-runs both

@@ -31,6 +31,8 @@ def session_conf(settings: Settings, app_name: str = "cdc") -> dict[str, str]:
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
+        # A field that does not parse must not become a silent null (decoding/spark_decode.py).
+        "spark.sql.json.enablePartialResults": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",

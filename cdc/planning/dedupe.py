@@ -20,18 +20,20 @@ def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ..
     grouped = events.groupBy(*[q(k) for k in key]).agg(
         F.max_by(F.when(is_change, F.struct(*[q(v) for v in values])), F.when(is_change, F.col("_position")))
         .alias("_w"),
-        F.max(F.when(is_tomb, F.col("_offset"))).alias("_t_offset"),
-        F.max(F.when(is_tomb, F.col("_partition"))).alias("_t_partition"),
+        F.max_by(F.when(is_tomb, F.struct("_partition", "_offset")), F.when(is_tomb, F.col("_offset"))).alias("_t"),
     )
     lone_tomb = F.col("_w").isNull()
-    tomb_after = F.col("_t_offset").isNotNull() & (F.col("_t_offset") > F.col("_w._offset"))
+    # Offsets compare only within one partition (a key's records share one unless the
+    # topic was repartitioned).
+    tomb_after = (F.col("_t").isNotNull() & (F.col("_t._partition") == F.col("_w._partition"))
+                  & (F.col("_t._offset") > F.col("_w._offset")))
     out = [F.col(q(k)) for k in key]
     out += [F.col("_w").getField(c).alias(c) for c in columns if c not in key]
     out += [
         F.when(lone_tomb, F.lit(TOMBSTONE)).when(tomb_after, F.lit("d")).otherwise(F.col("_w._op")).alias("_op"),
         F.col("_w._position").alias("_position"),
         F.col("_w._source_ts").alias("_source_ts"),
-        F.when(lone_tomb, F.col("_t_partition")).otherwise(F.col("_w._partition")).alias("_partition"),
-        F.when(lone_tomb, F.col("_t_offset")).otherwise(F.col("_w._offset")).alias("_offset"),
+        F.when(lone_tomb, F.col("_t._partition")).otherwise(F.col("_w._partition")).alias("_partition"),
+        F.when(lone_tomb, F.col("_t._offset")).otherwise(F.col("_w._offset")).alias("_offset"),
     ]
     return grouped.select(*out)

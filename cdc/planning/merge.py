@@ -26,6 +26,10 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
     when absent and newer than the key's remembered delete (`_deleted_position` of the
     batch view) and than the last truncate (`floor`); a lone tombstone deletes only a row
     written earlier in its partition."""
+    # A row without a position (written by another tool) yields to any change. Kafka's
+    # (partition, offset) ends the position, so a redelivered event rewrites its own row
+    # with the same values; events sharing one LSN still apply in log order across batches.
+    newer = "(t._cdc_position IS NULL OR s._position > t._cdc_position)"
     insert_guard = "(s._deleted_position IS NULL OR s._position > s._deleted_position)"
     if floor:
         insert_guard += f" AND s._position > '{check_position(floor)}'"
@@ -36,10 +40,10 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
     insert_vals = ", ".join(value for _, value in assign)
     return (
         f"MERGE INTO {target} t USING {q(batch_view)} s ON {on}\n"
-        f"WHEN MATCHED AND s._op = 'd' AND s._position > t._cdc_position THEN DELETE\n"
+        f"WHEN MATCHED AND s._op = 'd' AND {newer} THEN DELETE\n"
         f"WHEN MATCHED AND s._op = '{TOMBSTONE}' AND s._partition = t._cdc_kafka_partition"
         f" AND s._offset > t._cdc_kafka_offset THEN DELETE\n"
-        f"WHEN MATCHED AND s._op IN ('c', 'u', 'r') AND s._position > t._cdc_position THEN UPDATE SET {set_clause}\n"
+        f"WHEN MATCHED AND s._op IN ('c', 'u', 'r') AND {newer} THEN UPDATE SET {set_clause}\n"
         f"WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND {insert_guard} "
         f"THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
     )
@@ -80,7 +84,7 @@ def check_position(position: str) -> str:
 
 def truncate_sql(target: str, position: str) -> str:
     """Rows written before a truncate at `position` go; later ones stay."""
-    return f"DELETE FROM {target} WHERE _cdc_position < '{check_position(position)}'"
+    return f"DELETE FROM {target} WHERE _cdc_position IS NULL OR _cdc_position < '{check_position(position)}'"
 
 
 def table_ref(catalog: str, target: str) -> str:

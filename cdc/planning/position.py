@@ -39,9 +39,8 @@ def postgres_position(source: dict, op: str, partition: int, offset: int) -> str
     sequence = source.get("sequence")
     commit_lsn, event_lsn = 0, 0
     if sequence:
-        items = json.loads(sequence) if isinstance(sequence, str) else sequence
-        if len(items) == 2:
-            commit_lsn, event_lsn = parse_lsn(items[0]), parse_lsn(items[1])
+        items = (json.loads(sequence) if isinstance(sequence, str) else sequence) + [None, None]
+        commit_lsn, event_lsn = parse_lsn(items[0]), parse_lsn(items[1])
     if not event_lsn:
         event_lsn = parse_lsn(source.get("lsn"))
     phase = SNAPSHOT_PHASE if op == "r" else STREAM_PHASE

@@ -34,7 +34,12 @@ def postgres_config(settings: Settings, source: str, tables: list[TableRegistrat
         "table_include_list": include, "signal_table": src.signal_table,
     }
     template = json.loads((settings.path(settings.debezium_dir) / TEMPLATE).read_text())
-    return {k: v.format(**values) if isinstance(v, str) else v for k, v in template.items()}
+    config = {k: v.format(**values) if isinstance(v, str) else v for k, v in template.items()}
+    # Registrations that name their key: Debezium keys those tables' records by it.
+    explicit = sorted(f"{t.source.schema_}.{t.source.table}:{','.join(t.key)}" for t in tables if t.key)
+    if explicit:
+        config["message.key.columns"] = ";".join(explicit)
+    return config
 
 
 class ConnectClient:
@@ -131,6 +136,10 @@ def write_secret(dir_: Path, source: str, value: str) -> str:
     FileConfigProvider; return the reference to put in the connector config."""
     dir_.mkdir(parents=True, exist_ok=True)
     path = dir_ / f"{source}.properties"
-    path.write_text("password=" + value.replace("\\", "\\\\") + "\n")
+    escaped = (value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+               .replace("\t", "\\t"))
+    if escaped.startswith(" "):
+        escaped = "\\" + escaped  # a leading blank would be taken as separator whitespace
+    path.write_text("password=" + escaped + "\n")
     path.chmod(0o600)
     return f"${{file:{path}:password}}"

@@ -13,7 +13,7 @@ from cdc.sources.types import Column, postgres_column
 
 def password(settings: Settings, source: SourceSettings, name: str) -> str:
     if source.password is not None:
-        return source.password
+        return source.password.get_secret_value()
     if source.password_file is not None:
         path = settings.path(source.password_file)
         try:
@@ -59,13 +59,21 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
         if missing:
             raise ConfigError(f"{reg.file}: key column(s) {missing} are not columns of {schema}.{table}",
                               hint="columns are: " + ", ".join(names))
+    primary_key = tuple(r[0] for r in conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
+        "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) AND i.indisprimary "
+        "ORDER BY array_position(i.indkey, a.attnum)", (schema, table)).fetchall())
+    if reg.key is not None:
         key = reg.key
+        identity = conn.execute("SELECT relreplident FROM pg_class WHERE oid = to_regclass(format('%%I.%%I', "
+                                "%s::text, %s::text))", (schema, table)).fetchone()[0]
+        if not primary_key and identity in ("d", "n"):
+            raise ConfigError(f"{schema}.{table} has no primary key, so PostgreSQL publishes no old row for "
+                              f"updates and deletes (replica identity {'default' if identity == 'd' else 'nothing'})",
+                              hint=f'run ALTER TABLE "{schema}"."{table}" REPLICA IDENTITY FULL at the source')
     else:
-        key = tuple(r[0] for r in conn.execute(
-            "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
-            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            "WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) AND i.indisprimary "
-            "ORDER BY array_position(i.indkey, a.attnum)", (schema, table)).fetchall())
+        key = primary_key
         if not key:
             raise ConfigError(f"{schema}.{table} has no primary key and {reg.file} gives no key",
                               hint="add a primary key at the source, or list the key columns under `key:`")

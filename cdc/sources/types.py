@@ -45,6 +45,14 @@ class Column:
     scale: int | None = None
     source_type: str = ""
 
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ConfigError(f"column {self.name!r}: unknown column kind {self.kind!r}")
+        if self.kind == "decimal" and not (isinstance(self.precision, int) and isinstance(self.scale, int)
+                                           and 0 < self.precision <= 38 and 0 <= self.scale <= self.precision):
+            raise ConfigError(f"column {self.name!r}: decimal needs 0 < precision <= 38 and 0 <= scale <= precision, "
+                              f"got ({self.precision!r}, {self.scale!r})")
+
     def _fmt(self, template: str) -> str:
         return template.format(p=self.precision, s=self.scale, x="{x}")
 

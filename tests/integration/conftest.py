@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import requests
 import yaml
 
 from cdc.cli.main import main as cdc_main
@@ -45,11 +46,14 @@ class Env:
             txid = conn.execute("SELECT txid_current()").fetchone()[0]
         return txid
 
-    def register_table(self, table: str, key: list[str] | None = None, name: str | None = None) -> str:
+    def register_table(self, table: str, key: list[str] | None = None, name: str | None = None,
+                       options: dict | None = None) -> str:
         name = name or f"{self.schema}.{table}"
         body = {"name": name, "source": {"schema": self.schema, "table": table}}
         if key:
             body["key"] = key
+        if options:
+            body["options"] = options
         (self.settings.path(self.settings.tables_dir) / f"{name}.yaml").write_text(yaml.safe_dump(body))
         return name
 
@@ -84,9 +88,30 @@ def it_env(stack, spark, settings, tmp_path_factory):
     config.write_text(yaml.safe_dump(doc))
     env_settings = load_settings(config)
     env = Env(config, env_settings, source, schema, stack.postgres.dsn(), load_catalog(env_settings))
+    _drop_leftovers(env)
     env.sql(f'CREATE SCHEMA "{schema}"')
     yield env
     _cleanup(env)
+
+
+def _drop_leftovers(env: Env) -> None:
+    """Connectors, slots, publications and schemas of earlier runs that were killed."""
+    client = ConnectClient(env.settings.connect_url)
+    for name in requests.get(f"{env.settings.connect_url}/connectors", timeout=10).json():
+        if name.startswith("cdc-it_"):
+            client.delete(name)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        active = env.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'cdc\\_it\\_%' AND active")
+        if not active[0][0]:
+            break
+        time.sleep(0.5)
+    env.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name LIKE 'cdc\\_it\\_%' AND NOT active")
+    for (pub,) in env.sql("SELECT pubname FROM pg_publication WHERE pubname LIKE 'cdc\\_it\\_%'"):
+        env.sql(f'DROP PUBLICATION "{pub}"')
+    for (nsp,) in env.sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'it\\_%'"):
+        env.sql(f'DROP SCHEMA "{nsp}" CASCADE')
 
 
 def _cleanup(env: Env) -> None:

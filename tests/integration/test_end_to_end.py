@@ -102,6 +102,22 @@ def test_table_without_primary_key_is_refused(env, capsys):
         (env.settings.path(env.settings.tables_dir) / f"{name}.yaml").unlink()
 
 
+def test_table_without_primary_key_replicates_by_the_registered_key(env, capsys):
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".keyed_by_config (code text NOT NULL, label text, qty int)')
+    env.sql(f'INSERT INTO "{s}".keyed_by_config SELECT \'k\' || g, \'l\' || g, g FROM generate_series(1, 20) g')
+    name = env.register_table("keyed_by_config", key=["code"])
+    assert env.cdc("register", "--table", name) == 2  # no replica identity: updates would carry no key
+    assert "REPLICA IDENTITY FULL" in capsys.readouterr().err
+    env.sql(f'ALTER TABLE "{s}".keyed_by_config REPLICA IDENTITY FULL')
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate("keyed_by_config")
+    txid = env.transaction(f'UPDATE "{s}".keyed_by_config SET qty = qty * 2 WHERE qty > 10',
+                           f'DELETE FROM "{s}".keyed_by_config WHERE qty = 3')
+    env.replicate("keyed_by_config", txid)
+    assert assert_equal(env.dsn, s, "keyed_by_config", env.catalog, f"{s}.keyed_by_config", ("code",)) == 19
+
+
 def test_unknown_table_is_a_usage_error(env, capsys):
     assert env.cdc("run", "--available-now", "--table", "no.such") == 2
     assert "no registered table named 'no.such'" in capsys.readouterr().err

@@ -35,10 +35,11 @@ def offsets_history(env, table: str) -> list[int]:
 @pytest.fixture(scope="module")
 def fenv(it_env):
     s = it_env.schema
-    for t in ("crash_a", "crash_b", "lost_cp", "rolled", "expired"):
+    for t in ("crash_a", "crash_b", "lost_cp", "rolled", "expired", "replayed"):
         it_env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v text, n numeric(10,2))')
         it_env.sql(f'INSERT INTO "{s}".{t} SELECT g, \'v\' || g, g FROM generate_series(1, 50) g')
-        it_env.register_table(t)
+        # small batches for the replayed table, so a replay crosses many batch boundaries
+        it_env.register_table(t, options={"max_offsets_per_trigger": 7} if t == "replayed" else None)
         assert it_env.cdc("register", "--table", f"{s}.{t}") == 0
         it_env.replicate(t)
     return it_env
@@ -95,6 +96,11 @@ def test_table_rolled_back_behind_its_checkpoint_stops_the_job(fenv, spark, caps
     assert fenv.cdc("run", "--available-now", "--table", f"{fenv.schema}.rolled") == 3
     err = capsys.readouterr().err
     assert "checkpoint is ahead of the table's committed offsets" in err and "cdc replay --table" in err
+    hint = err.split("cdc replay --table ", 1)[1].split("`")[0]  # the remedy the message names
+    name, _, offsets = hint.partition(" --from-offsets ")
+    assert fenv.cdc("replay", "--table", name, "--from-offsets", offsets.strip("'")) == 0
+    fenv.replicate("rolled")
+    assert_equal(fenv.dsn, fenv.schema, "rolled", fenv.catalog, f"{fenv.schema}.rolled", ("id",))
 
 
 def test_retention_gap_fails_loudly_and_commits_nothing(fenv, capsys):
@@ -113,5 +119,29 @@ def test_retention_gap_fails_loudly_and_commits_nothing(fenv, capsys):
     assert fenv.cdc("run", "--available-now", "--table", f"{fenv.schema}.expired") == 3
     err = capsys.readouterr().err
     assert f"partition 0 no longer holds offsets {before[-1]}..{end - 1}" in err
-    assert "cdc bootstrap --table" in err
+    assert "cdc register --table" in err
     assert offsets_history(fenv, "expired") == before
+
+
+def positions_history(env, table: str) -> list[str]:
+    t = env.catalog.load_table(f"{env.schema}.{table}")
+    return [s.summary.additional_properties["cdc.position"] for s in t.snapshots()
+            if "cdc.position" in s.summary.additional_properties]
+
+
+def test_replay_from_earliest_twice_keeps_the_table_exact(fenv):
+    s = fenv.schema
+    txid = churn(fenv, "replayed")
+    for key in (3, 6, 9):  # delete, then re-insert the same keys in later transactions
+        fenv.transaction(f'DELETE FROM "{s}".replayed WHERE id = {key}')
+        txid = fenv.transaction(f'INSERT INTO "{s}".replayed VALUES ({key}, \'again\', {key})')
+    txid = max(txid, fenv.transaction(f'DELETE FROM "{s}".replayed WHERE id BETWEEN 40 AND 45'))
+    fenv.replicate("replayed", txid)
+    assert_equal(fenv.dsn, s, "replayed", fenv.catalog, f"{s}.replayed", ("id",))
+    for _ in range(2):
+        assert fenv.cdc("replay", "--table", f"{s}.replayed", "--from-earliest") == 0
+        assert_equal(fenv.dsn, s, "replayed", fenv.catalog, f"{s}.replayed", ("id",))
+    positions = positions_history(fenv, "replayed")
+    assert positions == sorted(positions) and len(positions) > 10
+    fenv.replicate("replayed")  # the regular job goes on from its checkpoint, skipping what is applied
+    assert_equal(fenv.dsn, s, "replayed", fenv.catalog, f"{s}.replayed", ("id",))

@@ -8,7 +8,7 @@ from decimal import Decimal
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from cdc.decoding import envelope
-from cdc.decoding.spark_decode import TOMBSTONE, decode
+from cdc.decoding.spark_decode import NOT_AN_ENVELOPE, TOMBSTONE, decode
 from cdc.sources.types import Column
 from tests.events import Topic
 
@@ -59,6 +59,14 @@ def test_bad_records_are_flagged_not_dropped(spark):
                                                       "source": {"lsn": 5}}}).encode())
     t.raw(json.dumps({"schema": {}, "payload": {"id": 1}}).encode(),
           json.dumps({"schema": {}, "payload": {"op": "c", "after": {"id": 1}, "source": {}}}).encode())
+    key = json.dumps({"schema": {}, "payload": {"id": 1}}).encode()
+    t.raw(key, json.dumps({"schema": {}, "payload": {"after": {"id": 1}, "source": {"lsn": 5}}}).encode())
+    n = Column("n", "decimal", True, 5, 2)
+    t2 = Topic()
+    t2.raw(key, json.dumps({"schema": {}, "payload": {"op": "c", "after": {"id": 1, "n": "abc"},
+                                                       "source": {"lsn": 5}}}).encode())
     errors = [r["_error"] for r in decode(spark.createDataFrame(t.take(), KAFKA), cols, ("id",))
               .orderBy("_offset").collect()]
-    assert errors == ["value is not a Debezium JSON envelope", "record has no key", "record has no source position"]
+    errors += [r["_error"] for r in decode(spark.createDataFrame(t2.take(), KAFKA), (cols[0], n), ("id",)).collect()]
+    assert errors == [NOT_AN_ENVELOPE, "record has no key", "record has no source position", "unknown op null",
+                      NOT_AN_ENVELOPE]

@@ -28,7 +28,8 @@ def test_minimal_registration_defaults(project):
     s = load_settings(project / "cdc.yaml")
     (t,) = load_tables(s)
     assert t.source.name == "pg" and t.target == "shop.orders" and t.key is None
-    assert s.sources["pg"].password == "s3cret"
+    assert s.sources["pg"].password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(s)
     assert s.state_dir == (project / ".state").resolve()
 
 
@@ -96,3 +97,10 @@ def test_type_kinds():
     assert postgres_column("a", "numeric", True, 10, 2, None, "t").spark_type == "DECIMAL(10,2)"
     assert postgres_column("a", "timestamp without time zone", True, None, None, 3, "t").kind == "timestamp_ms"
     assert postgres_column("a", "timestamp without time zone", True, None, None, 6, "t").kind == "timestamp_us"
+
+
+def test_errors_never_echo_a_password(project):
+    (project / "cdc.yaml").write_text(BASE.replace("pg:", "'bad name':"))
+    with pytest.raises(ConfigError) as e:
+        load_settings(project / "cdc.yaml")
+    assert "s3cret" not in str(e.value)

@@ -6,8 +6,8 @@ from cdc.planning.merge import forget_deletes_sql, merge_sql, remember_deletes_s
 def test_merge_is_guarded_by_position_and_quotes_identifiers():
     sql = merge_sql("`lake`.`s`.`t`", "batch", ("id",), ("id", "select"))
     assert "ON t.`id` = s.`id`" in sql
-    assert "s._op = 'd' AND s._position > t._cdc_position THEN DELETE" in sql
-    assert "s._op IN ('c', 'u', 'r') AND s._position > t._cdc_position THEN UPDATE SET t.`select` = s.`select`" in sql
+    assert "s._op = 'd' AND (t._cdc_position IS NULL OR s._position > t._cdc_position) THEN DELETE" in sql
+    assert "s._op IN ('c', 'u', 'r') AND (t._cdc_position IS NULL OR s._position > t._cdc_position) THEN UPDATE SET t.`select` = s.`select`" in sql
     assert "t.`id` = s.`id`," not in sql.split("UPDATE SET")[1]  # keys are never updated
     assert ("WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND "
             "(s._deleted_position IS NULL OR s._position > s._deleted_position) THEN INSERT") in sql
@@ -20,7 +20,7 @@ def test_composite_key():
 
 
 def test_truncate_refuses_non_position():
-    assert truncate_sql("x", "00ff") == "DELETE FROM x WHERE _cdc_position < '00ff'"
+    assert truncate_sql("x", "00ff") == "DELETE FROM x WHERE _cdc_position IS NULL OR _cdc_position < '00ff'"
     with pytest.raises(ValueError):
         truncate_sql("x", "0' OR '1'='1")
 
