@@ -7,9 +7,10 @@ class CdcError(Exception):
 
     exit_code = 3
 
-    def __init__(self, message: str, *, hint: str | None = None):
+    def __init__(self, message: str, *, hint: str | None = None, table: str | None = None):
         self.message = message
         self.hint = hint
+        self.table = table  # the registered table concerned, when there is one
         super().__init__(f"{message}\n  -> {hint}" if hint else message)
 
 

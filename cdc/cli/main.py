@@ -59,6 +59,15 @@ def _replay(args) -> int:
     return 0
 
 
+def _status(args) -> int:
+    from cdc.report.status import format_text, status
+
+    settings = load_settings(args.config)
+    rows = status(settings, load_tables(settings, args.table))
+    print(json.dumps(rows, indent=2) if args.json else format_text(rows))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cdc", description="Debezium change events applied to Apache Iceberg.")
     p.add_argument("--config", help="path to cdc.yaml (default: ./cdc.yaml or $CDC_CONFIG)")
@@ -79,6 +88,11 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--available-now", action="store_true",
                     help="process what is in Kafka now, commit, and exit")
     rn.set_defaults(func=_run)
+
+    ss = sub.add_parser("status", help="lag, committed position, last snapshot and job state per table")
+    ss.add_argument("--table", help="only this registered table (default: all)")
+    ss.add_argument("--json", action="store_true", help="print JSON")
+    ss.set_defaults(func=_status)
 
     rp = sub.add_parser("replay", help="re-read a window of a table's topic and re-apply it")
     rp.add_argument("--table", required=True, help="the registered table")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc.config.models import Settings, TableRegistration
-from cdc.control import commits
+from cdc.control import commits, jobstate
 from cdc.errors import ApplyError, CdcError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
@@ -124,8 +124,8 @@ def _failure(name: str, exc: BaseException) -> CdcError:
     detail = m.group(1).strip() if m else text.strip().splitlines()[0] if text.strip() else repr(exc)
     if "KAFKA_DATA_LOSS" in text or "data loss" in text.lower():
         return ApplyError(f"table {name}: Kafka no longer holds offsets the job has not applied ({detail[:500]})",
-                          hint="the gap cannot be replayed from Kafka; " + REFILL.format(table=name))
-    return ApplyError(f"table {name}: the streaming query failed: {detail[:3000]}")
+                          hint="the gap cannot be replayed from Kafka; " + REFILL.format(table=name), table=name)
+    return ApplyError(f"table {name}: the streaming query failed: {detail[:3000]}", table=name)
 
 
 def _run_until_stopped(spark, queries: dict) -> None:
@@ -154,18 +154,31 @@ def run(settings: Settings, tables: list[TableRegistration], available_now: bool
         raise ApplyError("no tables are registered", hint=f"add registrations under {settings.tables_dir}/")
     spark = get_session(settings)
     queries = {}
+    state = settings.state_dir
     try:
         for reg in tables:
-            queries[reg.name] = start_query(spark.newSession(), settings, reg, available_now)
+            try:
+                queries[reg.name] = start_query(spark.newSession(), settings, reg, available_now)
+            except CdcError as e:
+                e.table = e.table or reg.name
+                raise
+            jobstate.record(state, reg.name, jobstate.RUNNING)
         if available_now:
             for name, q in queries.items():
                 try:
                     q.awaitTermination()
                 except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
                     raise _failure(name, e) from None
+                jobstate.record(state, name, jobstate.CAUGHT_UP)
                 print(f"{name}: caught up")
         else:
             _run_until_stopped(spark, queries)
+            for name in queries:
+                jobstate.record(state, name, jobstate.STOPPED)
+    except CdcError as e:
+        for name in ([e.table] if e.table else list(queries)):
+            jobstate.record(state, name, jobstate.FAILED, e.message)
+        raise
     finally:
         for q in queries.values():
             if q.isActive:

@@ -118,6 +118,28 @@ def test_table_without_primary_key_replicates_by_the_registered_key(env, capsys)
     assert assert_equal(env.dsn, s, "keyed_by_config", env.catalog, f"{s}.keyed_by_config", ("code",)) == 19
 
 
+def test_status_reports_lag_positions_and_job_state(env, capsys):
+    import json
+
+    s = env.schema
+    name = f"{s}.events"
+    env.replicate("events")
+    capsys.readouterr()
+    assert env.cdc("status", "--json", "--table", name) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["lag"] == 0 and row["committed_offsets"] == row["kafka_end_offsets"]
+    assert row["job"]["state"] == "caught-up" and row["position"] and row["source_commit_time"]
+    assert row["dead_letters"] == 0 and row["snapshot_id"]
+    env.wait_captured(env.transaction(f'INSERT INTO "{s}".events VALUES (900, \'pending\'), (901, \'pending\')'))
+    assert env.cdc("status", "--json", "--table", name) == 0
+    (pending,) = json.loads(capsys.readouterr().out)
+    assert pending["lag"] == 2 and pending["position"] == row["position"]
+    env.replicate("events")
+    assert env.cdc("status", "--table", name) == 0
+    text = capsys.readouterr().out
+    assert name in text and "caught-up" in text
+
+
 def test_unknown_table_is_a_usage_error(env, capsys):
     assert env.cdc("run", "--available-now", "--table", "no.such") == 2
     assert "no registered table named 'no.such'" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""What users read about their tables: status (lag, positions, job state)."""

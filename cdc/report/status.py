@@ -1,0 +1,79 @@
+"""`cdc status`: per table, Kafka end offsets against the offsets committed in the
+target's snapshot history (lag), the committed source position and commit time, the last
+snapshot, dead letters and the job state. Reads metadata only (pyiceberg, Kafka)."""
+from __future__ import annotations
+
+import datetime as dt
+
+from pyiceberg.exceptions import NoSuchTableError
+
+from cdc.config.models import Settings, TableRegistration
+from cdc.control import commits, jobstate
+from cdc.register.topics import watermarks
+from cdc.sinks.catalog import load_catalog
+from cdc.sinks.iceberg import PROP_TOPIC
+
+DEAD_LETTERS_SUFFIX = "__cdc_dead_letters"
+
+
+def _last_committed(table) -> dict | None:
+    """The newest summary with cdc offsets in the current snapshot's ancestry."""
+    snap = table.current_snapshot()
+    while snap is not None:
+        props = snap.summary.additional_properties if snap.summary else {}
+        if commits.OFFSETS in props:
+            return props
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return None
+
+
+def _iso_ms(ms) -> str | None:
+    return dt.datetime.fromtimestamp(int(ms) / 1000, dt.timezone.utc).isoformat() if ms is not None else None
+
+
+def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
+    out = {"table": reg.name, "target": f"{settings.catalog.name}.{reg.target}",
+           "job": jobstate.read(settings.state_dir, reg.name)}
+    try:
+        table = catalog.load_table(reg.target)
+    except NoSuchTableError:
+        return {**out, "registered": False}
+    topic = table.properties.get(PROP_TOPIC)
+    summary = _last_committed(table) or {}
+    committed = commits.parse_offsets(summary).get(topic, {})
+    ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()} if topic else {}
+    snap = table.current_snapshot()
+    try:
+        dead = catalog.load_table(reg.target + DEAD_LETTERS_SUFFIX).scan().count()
+    except NoSuchTableError:
+        dead = 0
+    return {
+        **out, "registered": True, "topic": topic,
+        "kafka_end_offsets": {str(p): o for p, o in sorted(ends.items())},
+        "committed_offsets": {str(p): o for p, o in sorted(committed.items())},
+        "lag": sum(max(0, o - committed.get(p, 0)) for p, o in ends.items()),
+        "position": summary.get(commits.POSITION),
+        "source_commit_time": _iso_ms(summary.get(commits.SOURCE_TS)),
+        "snapshot_id": snap.snapshot_id if snap else None,
+        "snapshot_time": _iso_ms(snap.timestamp_ms) if snap else None,
+        "dead_letters": dead,
+    }
+
+
+def status(settings: Settings, tables: list[TableRegistration]) -> list[dict]:
+    catalog = load_catalog(settings)
+    return [table_status(settings, catalog, reg) for reg in tables]
+
+
+def format_text(rows: list[dict]) -> str:
+    head = f"{'table':28} {'job':10} {'lag':>8} {'dead':>5}  {'source commit time':32} snapshot"
+    lines = [head]
+    for r in rows:
+        if not r.get("registered"):
+            lines.append(f"{r['table']:28} {r['job']['state']:10} {'-':>8} {'-':>5}  not registered (cdc register)")
+            continue
+        lines.append(f"{r['table']:28} {r['job']['state']:10} {r['lag']:>8} {r['dead_letters']:>5}  "
+                     f"{(r['source_commit_time'] or '-'):32} {r['snapshot_id'] or '-'}")
+        if r["job"].get("error"):
+            lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
+    return "\n".join(lines)
