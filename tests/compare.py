@@ -82,3 +82,15 @@ def assert_equal(dsn, schema, table, catalog, ident, key, float32_columns=frozen
 
 def as_decimal(x) -> Decimal:
     return Decimal(str(x))
+
+
+def row_hashes(rows: dict[tuple, dict], reference: dict[tuple, dict] | None = None) -> dict[tuple, str]:
+    """A hash of every row (all columns, normalized as for `differences`)."""
+    import hashlib
+
+    out = {}
+    for k, r in rows.items():
+        ref = (reference or {}).get(k, r)
+        norm = {c: (_norm_target(v, ref.get(c)) if reference is not None else _norm(v)) for c, v in sorted(r.items())}
+        out[k] = hashlib.sha256(repr(sorted(norm.items())).encode()).hexdigest()
+    return out

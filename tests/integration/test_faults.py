@@ -111,7 +111,7 @@ def test_retention_gap_fails_loudly_and_commits_nothing(fenv, capsys):
     fenv.wait_captured(churn(fenv, "expired"))
     topic = f"{fenv.source}.{fenv.schema}.expired"
     admin = AdminClient({"bootstrap.servers": fenv.settings.kafka_bootstrap})
-    from tests.integration.conftest import end_offset
+    from tests.conftest import end_offset
     end = end_offset(fenv, topic)
     for fut in admin.delete_records([TopicPartition(topic, 0, end)]).values():
         fut.result(30)  # as retention would: the log now starts at `end`
