@@ -38,7 +38,7 @@ run: stack-up
 	$(PY) -m cdc.sample.main
 
 test: stack-up
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra tests/unit tests/spark tests/integration tests/chaos
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit

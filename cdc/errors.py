@@ -34,6 +34,10 @@ class ConnectorError(CdcError):
     """Kafka Connect refused or failed a Debezium connector."""
 
 
+class DependencyError(CdcError):
+    """Kafka, Kafka Connect or the catalog is unreachable: worth retrying for a while."""
+
+
 class DecodeError(CdcError, ValueError):
     """A change event does not follow the Debezium envelope rules."""
 

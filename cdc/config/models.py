@@ -104,6 +104,9 @@ class SparkSettings(Frozen):
     driver_memory: str = "2g"
     shuffle_partitions: int = Field(4, ge=1)
     checkpoint_dir: Path = Path(".state/checkpoints")
+    # How long a job retries (with backoff) while Kafka or the catalog is unreachable
+    # before it exits non-zero.
+    retry_for_s: int = Field(300, ge=0)
     extra_conf: dict[str, str] = {}
 
 

@@ -2,6 +2,8 @@
 truncate, dedupe, one MERGE whose snapshot carries the batch's offsets."""
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -23,6 +25,25 @@ from cdc.sources.types import Column
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
+
+
+CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException")
+
+
+def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep):
+    """Run a commit that may meet a concurrent one (a compaction, another writer). Iceberg
+    retries plain concurrent commits itself; when validation finds a real conflict, the
+    statement runs again from the start, re-reading the table, so the batch is recomputed.
+    Offsets are stamped on that same commit, so they never advance without their data."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return statement()
+        except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
+            if attempt == attempts or not any(c in str(e) for c in CONFLICTS):
+                raise
+            print(f"commit conflict (attempt {attempt} of {attempts}), recomputing: "
+                  f"{str(e).splitlines()[0][:200]}", file=sys.stderr)
+            sleep(0.2 * 2 ** attempt)
 
 
 @dataclass
@@ -124,14 +145,15 @@ class TableApplier:
         view = f"cdc_batch_{self.name.replace('.', '__')}"
         changes.createOrReplaceTempView(view)
         if any(s.deletes for s in stats):  # before the target's commit: a crash in between re-runs both
-            spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key))
+            run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)))
         table.refresh()
         before = iceberg_spark.current_snapshot_id(table)
         for k, v in props.items():
             spark.conf.set(SNAPSHOT_PROPERTY + k, v)
         try:
-            spark.sql(merge_sql(self.target_ref, view, self.key, tuple(c.name for c in self.columns),
-                                floor=iceberg_spark.properties(table).get(TRUNCATED_AT)))
+            run_with_conflict_retries(lambda: spark.sql(merge_sql(
+                self.target_ref, view, self.key, tuple(c.name for c in self.columns),
+                floor=iceberg_spark.properties(table).get(TRUNCATED_AT))))
         finally:
             for k in props:
                 spark.conf.unset(SNAPSHOT_PROPERTY + k)

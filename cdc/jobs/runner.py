@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
-from cdc.errors import ApplyError, CdcError
+from cdc.errors import ApplyError, CdcError, DependencyError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
 from cdc.planning.merge import deletes_ref, table_ref
@@ -128,58 +129,128 @@ def _failure(name: str, exc: BaseException) -> CdcError:
     return ApplyError(f"table {name}: the streaming query failed: {detail[:3000]}", table=name)
 
 
-def _run_until_stopped(spark, queries: dict) -> None:
-    """Until a query fails (raise) or SIGTERM/SIGINT asks for a stop (return after the
-    queries stop; a batch cut short is not committed and runs again on the next start)."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while not stop.is_set():
+def retriable(exc: BaseException) -> bool:
+    """A dependency failing (Kafka, Connect, the catalog), not a verdict about the data."""
+    if isinstance(exc, DependencyError):
+        return True
+    if isinstance(exc, CdcError):
+        return False
+    text = str(exc)
+    return "cdc.errors." not in text and "KAFKA_DATA_LOSS" not in text
+
+
+def _input_rows(progress) -> int:
+    """Rows of a query's last progress report (a dict or a progress object, by version)."""
+    if progress is None:
+        return 0
+    return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
+
+
+class Supervisor:
+    """Runs one query per table; restarts a table's query with backoff while its failure
+    is retriable, for at most `retry_for_s`, then gives up with the last error."""
+
+    def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
+                 clock=time.monotonic, sleep=time.sleep):
+        self.spark, self.settings, self.available_now = spark, settings, available_now
+        self.tables = {t.name: t for t in tables}
+        self.clock, self.sleep = clock, sleep
+        self.queries: dict = {}
+        self.failing_since: dict[str, float] = {}
+        self.delay: dict[str, float] = {}
+
+    def backoff(self, name: str, exc: BaseException) -> None:
+        """Wait before the next attempt, or raise once retries have run out."""
+        if not retriable(exc):
+            raise exc if isinstance(exc, CdcError) else _failure(name, exc)
+        now = self.clock()
+        first = self.failing_since.setdefault(name, now)
+        bound = self.settings.spark.retry_for_s
+        if now - first >= bound:
+            cause = exc if isinstance(exc, CdcError) else _failure(name, exc)
+            raise ApplyError(f"table {name}: gave up after {bound}s of retries; last error: {cause.message}",
+                             hint=cause.hint or "bring the dependency back, then run the job again "
+                                                "(raise spark.retry_for_s in cdc.yaml to wait longer)",
+                             table=name)
+        delay = self.delay.get(name, 1.0)
+        print(f"{name}: {str(exc).splitlines()[0][:300]}; retrying in {delay:.0f}s", file=sys.stderr)
+        self.sleep(delay)
+        self.delay[name] = min(delay * 2, 30.0)
+
+    def recovered(self, name: str) -> None:
+        self.failing_since.pop(name, None)
+        self.delay.pop(name, None)
+
+    def start(self, name: str):
+        while True:
             try:
-                spark.streams.awaitAnyTermination(1)  # seconds
-            except Exception:  # noqa: BLE001 - a query failed: found and reported below
-                pass
-            for name, q in queries.items():
-                if not q.isActive:
+                query = start_query(self.spark.newSession(), self.settings, self.tables[name], self.available_now)
+                jobstate.record(self.settings.state_dir, name, jobstate.RUNNING)
+                self.queries[name] = query
+                return query
+            except CdcError as e:
+                e.table = e.table or name
+                self.backoff(name, e)
+
+    def run_available_now(self) -> None:
+        for name in self.tables:
+            self.start(name)
+        for name in self.tables:
+            while True:
+                try:
+                    self.queries[name].awaitTermination()
+                    break
+                except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
+                    self.backoff(name, e)
+                    self.start(name)
+            self.recovered(name)
+            jobstate.record(self.settings.state_dir, name, jobstate.CAUGHT_UP)
+            print(f"{name}: caught up")
+
+    def run_until_stopped(self) -> None:
+        """Until SIGTERM/SIGINT (the queries stop; a batch cut short is not committed and
+        runs again on the next start) or a failure that is not retriable."""
+        for name in self.tables:
+            self.start(name)
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not stop.is_set():
+                try:
+                    self.spark.streams.awaitAnyTermination(1)  # seconds
+                except Exception:  # noqa: BLE001 - a query failed: handled below
+                    pass
+                self.spark.streams.resetTerminated()
+                for name, q in list(self.queries.items()):
+                    if q.isActive:
+                        if _input_rows(q.lastProgress) > 0:
+                            self.recovered(name)
+                        continue
                     exc = q.exception()
-                    raise _failure(name, exc) if exc is not None else ApplyError(f"table {name}: query stopped")
-        print("stop requested: stopping the queries")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+                    self.backoff(name, exc if exc is not None else ApplyError(f"table {name}: query stopped"))
+                    self.start(name)
+            print("stop requested: stopping the queries")
+            for name in self.queries:
+                jobstate.record(self.settings.state_dir, name, jobstate.STOPPED)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def stop(self) -> None:
+        for q in self.queries.values():
+            if q.isActive:
+                q.stop()
 
 
 def run(settings: Settings, tables: list[TableRegistration], available_now: bool) -> None:
     if not tables:
         raise ApplyError("no tables are registered", hint=f"add registrations under {settings.tables_dir}/")
-    spark = get_session(settings)
-    queries = {}
-    state = settings.state_dir
+    supervisor = Supervisor(get_session(settings), settings, tables, available_now)
     try:
-        for reg in tables:
-            try:
-                queries[reg.name] = start_query(spark.newSession(), settings, reg, available_now)
-            except CdcError as e:
-                e.table = e.table or reg.name
-                raise
-            jobstate.record(state, reg.name, jobstate.RUNNING)
-        if available_now:
-            for name, q in queries.items():
-                try:
-                    q.awaitTermination()
-                except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
-                    raise _failure(name, e) from None
-                jobstate.record(state, name, jobstate.CAUGHT_UP)
-                print(f"{name}: caught up")
-        else:
-            _run_until_stopped(spark, queries)
-            for name in queries:
-                jobstate.record(state, name, jobstate.STOPPED)
+        supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
     except CdcError as e:
-        for name in ([e.table] if e.table else list(queries)):
-            jobstate.record(state, name, jobstate.FAILED, e.message)
+        for name in ([e.table] if e.table else list(supervisor.queries)):
+            jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message)
         raise
     finally:
-        for q in queries.values():
-            if q.isActive:
-                q.stop()
+        supervisor.stop()

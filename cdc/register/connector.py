@@ -9,7 +9,7 @@ from pathlib import Path
 import requests
 
 from cdc.config.models import Settings, TableRegistration
-from cdc.errors import ConnectorError
+from cdc.errors import ConnectorError, DependencyError
 
 TEMPLATE = "postgres-connector.json"
 
@@ -51,7 +51,7 @@ class ConnectClient:
         try:
             return requests.request(method, f"{self.url}{path}", timeout=self.timeout_s, **kw)
         except requests.RequestException as e:
-            raise ConnectorError(f"Kafka Connect at {self.url} is unreachable: {e}",
+            raise DependencyError(f"Kafka Connect at {self.url} is unreachable: {e}",
                                  hint="start it (`cdc stack up`) or set connect.url in cdc.yaml") from None
 
     def put_config(self, name: str, config: dict) -> None:
@@ -75,6 +75,10 @@ class ConnectClient:
         """The connector's committed source offsets (the `offset` part of each partition)."""
         r = self._call("GET", f"/connectors/{name}/offsets")
         return [o.get("offset") or {} for o in r.json().get("offsets", [])] if r.ok else []
+
+    def restart_failed(self, name: str) -> None:
+        """Restart the connector's failed tasks (after an outage of Kafka or the source)."""
+        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
 
     def delete(self, name: str) -> None:
         r = self._call("DELETE", f"/connectors/{name}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc.errors import ConnectorError
+from cdc.errors import ConnectorError, DependencyError
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -16,8 +16,8 @@ def existing_topics(bootstrap: str) -> set[str]:
     try:
         return set(admin(bootstrap).list_topics(timeout=15).topics)
     except KafkaException as e:
-        raise ConnectorError(f"Kafka at {bootstrap} is unreachable: {e}",
-                             hint="start it (`cdc stack up`) or set kafka.bootstrap_servers in cdc.yaml") from None
+        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}",
+                              hint="start it (`cdc stack up`) or set kafka.bootstrap_servers in cdc.yaml") from None
 
 
 def ensure_topics(bootstrap: str, topics: list[str]) -> list[str]:
@@ -48,6 +48,6 @@ def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
             return {}
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in meta.partitions}
     except KafkaException as e:
-        raise ConnectorError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
     finally:
         consumer.close()

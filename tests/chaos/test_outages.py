@@ -1,0 +1,118 @@
+"""Dependencies down on the real stack: the Connect worker killed mid-stream (Debezium
+re-emits, duplicates arrive), a Kafka broker restart under a running job, and a job that
+gives up after its retry bound. Runs last: it restarts the shared stack's services."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from cdc.register.connector import ConnectClient, connector_name
+from tests.compare import assert_equal, differences, source_rows, target_rows
+
+
+@pytest.fixture(scope="module")
+def oenv(it_env):
+    s = it_env.schema
+    for t in ("outage_c", "outage_k"):
+        it_env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v int, note text)')
+        it_env.sql(f'INSERT INTO "{s}".{t} SELECT g, 0, \'start\' FROM generate_series(1, 100) g')
+        it_env.register_table(t)
+        assert it_env.cdc("register", "--table", f"{s}.{t}") == 0
+        it_env.replicate(t)
+    return it_env
+
+
+def writer(env, table: str, stop: threading.Event, out: dict) -> threading.Thread:
+    def run():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            out["txid"] = env.transaction(f'UPDATE "{env.schema}".{table} SET v = v + 1 WHERE id % 7 = {i % 7}',
+                                          f'INSERT INTO "{env.schema}".{table} VALUES ({1000 + i}, {i}, \'w\')',
+                                          f'DELETE FROM "{env.schema}".{table} WHERE id = {1000 + i - 3}')
+            time.sleep(0.02)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def connector_back(env, stack) -> None:
+    """Connect healthy and the connector's tasks running again (restarting failed ones)."""
+    stack.up()
+    client = ConnectClient(env.settings.connect_url)
+    client.restart_failed(connector_name(env.source))
+    client.wait_running(connector_name(env.source))
+
+
+def test_connect_worker_killed_mid_stream(oenv, stack):
+    stop, out = threading.Event(), {}
+    t = writer(oenv, "outage_c", stop, out)
+    try:
+        while "txid" not in out:
+            time.sleep(0.05)
+        oenv.wait_captured(out["txid"])  # changes are flowing through the connector
+        os.killpg(stack.connect.process.pid(), signal.SIGKILL)
+        killed_at = out["txid"]
+        while out["txid"] < killed_at + 20:  # changes at the source while the worker is gone
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join()
+    connector_back(oenv, stack)
+    oenv.replicate("outage_c", out["txid"])  # Debezium re-emits from its last flushed offset
+    assert_equal(oenv.dsn, oenv.schema, "outage_c", oenv.catalog, f"{oenv.schema}.outage_c", ("id",))
+
+
+def test_broker_restart_under_a_running_job(oenv, stack, tmp_path):
+    s = oenv.schema
+    log = tmp_path / "run.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(oenv.config), "run",
+                                 "--table", f"{s}.outage_k"], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        oenv.transaction(f'UPDATE "{s}".outage_k SET v = v + 1 WHERE id <= 50')
+        stack.kafka.process.stop()
+        down_txid = oenv.transaction(f'DELETE FROM "{s}".outage_k WHERE id > 90',
+                                     f'INSERT INTO "{s}".outage_k VALUES (500, 5, \'while down\')')
+        time.sleep(5)  # the broker stays down a while: the job must ride it out
+        assert proc.poll() is None, log.read_text()[-3000:]
+        connector_back(oenv, stack)
+        oenv.wait_captured(down_txid)
+        deadline = time.monotonic() + 240
+        while differences(source_rows(oenv.dsn, s, "outage_k", ("id",)),
+                          target_rows(oenv.catalog, f"{s}.outage_k", ("id",))):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "not equal 240s after the broker came back"
+            time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        stack.up()
+    assert proc.returncode == 0, log.read_text()[-3000:]
+
+
+def test_job_gives_up_after_its_retry_bound(oenv, stack, tmp_path, capsys):
+    doc = yaml.safe_load(oenv.config.read_text())
+    doc["spark"]["retry_for_s"] = 6
+    config = tmp_path / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    from cdc.cli.main import main
+
+    stack.kafka.process.stop()
+    try:
+        capsys.readouterr()
+        assert main(["--config", str(config), "run", "--available-now", "--table", f"{oenv.schema}.outage_k"]) == 3
+        err = capsys.readouterr().err
+        assert "gave up after 6s of retries" in err and "Kafka at" in err and "retrying in 1s" in err
+    finally:
+        connector_back(oenv, stack)
