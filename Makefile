@@ -38,6 +38,7 @@ run: stack-up
 	$(PY) -m cdc.sample.main
 
 test: stack-up
+	$(PY) -m pyflakes cdc tests
 	$(PY) -m pytest -ra tests/unit tests/spark tests/integration tests/chaos
 
 test-unit: setup

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,3 +189,20 @@ def end_offset(env: Env, topic: str, partition: int = 0) -> int:
     from cdc.register.topics import watermarks
 
     return watermarks(env.settings.kafka_bootstrap, topic)[partition][1]
+
+
+def start_driver(env: Env, table: str, log, extra_env: dict | None = None) -> subprocess.Popen:
+    """A continuous `cdc run --table` as its own driver process, output to `log`."""
+    return subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run", "--table",
+                             f"{env.schema}.{table}"], env={**os.environ, **(extra_env or {})}, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def interrupt(proc, timeout: float = 120) -> None:
+    """Ask a driver to stop (SIGINT), as an operator would; kill it if it does not."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)

@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -18,6 +17,7 @@ import psycopg
 
 from cdc.control.faults import ENV as CRASH_ENV
 from tests.compare import differences, row_hashes, source_rows, target_rows
+from tests.conftest import start_driver
 
 HOT_KEYS = 5
 KEY_SPACE = 400
@@ -67,13 +67,6 @@ class Workload(threading.Thread):
             self.error = e
 
 
-def start_driver(env, table: str, crash: str | None, log) -> subprocess.Popen:
-    extra = {CRASH_ENV: crash} if crash else {}
-    return subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run", "--table",
-                             f"{env.schema}.{table}"], env={**os.environ, **extra}, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -103,7 +96,7 @@ def test_random_workload_with_driver_kills_ends_exact(it_env, request, tmp_path)
         plan = rng.sample(["before-merge", "after-commit"], 2) + ["random"] * (rounds - 2)
         for i, how in enumerate(plan):
             crash = f"{how}:{rng.randint(1, 2)}" if how != "random" else None
-            proc = start_driver(env, "chaos", crash, log)
+            proc = start_driver(env, "chaos", log, {CRASH_ENV: crash} if crash else None)
             try:
                 proc.wait(timeout=rng.uniform(20, 45) if crash is None else 120)
             except subprocess.TimeoutExpired:

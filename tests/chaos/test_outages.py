@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -15,6 +13,7 @@ import yaml
 
 from cdc.register.connector import ConnectClient, connector_name
 from tests.compare import assert_equal, differences, source_rows, target_rows
+from tests.conftest import interrupt, start_driver
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +73,7 @@ def test_broker_restart_under_a_running_job(oenv, stack, tmp_path):
     s = oenv.schema
     log = tmp_path / "run.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(oenv.config), "run",
-                                 "--table", f"{s}.outage_k"], stdout=f, stderr=subprocess.STDOUT)
+        proc = start_driver(oenv, "outage_k", f)
     try:
         oenv.transaction(f'UPDATE "{s}".outage_k SET v = v + 1 WHERE id <= 50')
         stack.kafka.process.stop()
@@ -92,11 +90,7 @@ def test_broker_restart_under_a_running_job(oenv, stack, tmp_path):
             assert time.monotonic() < deadline, "not equal 240s after the broker came back"
             time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        interrupt(proc)
         stack.up()
     assert proc.returncode == 0, log.read_text()[-3000:]
 

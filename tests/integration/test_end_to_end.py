@@ -160,20 +160,16 @@ def test_table_registered_after_the_connector_runs_is_filled(env):
 
 
 def test_continuous_run_applies_changes_until_interrupted(env, tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
     import time
 
     from tests.compare import differences, source_rows, target_rows
+    from tests.conftest import interrupt, start_driver
 
     s = env.schema
     env.replicate("events")
     log = tmp_path / "run.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run",
-                                 "--table", f"{s}.events"], stdout=out, stderr=subprocess.STDOUT)
+        proc = start_driver(env, "events", out)
     try:
         env.transaction(f'INSERT INTO "{s}".events SELECT g, \'live \' || g FROM generate_series(200, 260) g',
                         f'DELETE FROM "{s}".events WHERE id = 100')
@@ -187,11 +183,7 @@ def test_continuous_run_applies_changes_until_interrupted(env, tmp_path):
             assert time.monotonic() < deadline, f"not equal after 180s: {diffs[:5]}"
             time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        interrupt(proc)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert "stop requested" in log.read_text()
 
