@@ -53,8 +53,3 @@ def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: 
     if source_ts_ms is not None:
         props[SOURCE_TS] = str(source_ts_ms)
     return props
-
-
-def already_committed(committed: dict[int, int], batch: list[PartitionRange]) -> bool:
-    """True when every record of the batch is below the table's committed offsets."""
-    return bool(batch) and all(r.last < committed.get(r.partition, 0) for r in batch)

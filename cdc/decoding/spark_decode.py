@@ -14,18 +14,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc.decoding.envelope import Operation
+from cdc.planning.sql import TOMBSTONE, q
 from cdc.sources.types import Column
 
-TOMBSTONE = "tombstone"
 OPS = tuple(op.value for op in Operation)
 # With partial JSON results off (see jobs/session.py), a value that does not parse into its
 # column's type voids the whole payload instead of becoming a silent null.
 NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope of this table, or a value does not fit its column type"
-
-
-def q(name: str) -> str:
-    """A Spark SQL identifier, quoted."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _struct_ddl(columns: tuple[Column, ...]) -> str:

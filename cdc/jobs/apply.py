@@ -14,7 +14,8 @@ from pyspark.sql import functions as F
 from cdc.control import commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
-from cdc.decoding.spark_decode import TOMBSTONE, decode, q
+from cdc.decoding.spark_decode import decode
+from cdc.planning.sql import TOMBSTONE, q
 from cdc.errors import ApplyError
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,

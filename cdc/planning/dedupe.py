@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc.decoding.spark_decode import TOMBSTONE, q
+from cdc.planning.sql import TOMBSTONE, q
 
 CARRIED = ("_op", "_position", "_source_ts", "_partition", "_offset")
 

@@ -7,7 +7,7 @@ and re-applying a batch changes nothing.
 """
 from __future__ import annotations
 
-from cdc.decoding.spark_decode import TOMBSTONE, q
+from cdc.planning.sql import TOMBSTONE, q
 
 DELETES_SUFFIX = "__cdc_deletes"
 

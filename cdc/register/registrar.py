@@ -4,6 +4,8 @@ Kafka topic. A table added to a connector whose initial snapshot is done gets an
 incremental snapshot through Debezium's signal table."""
 from __future__ import annotations
 
+import sys
+
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.register.connector import ConnectClient, connector_name, postgres_config, topic_for, write_secret
@@ -41,6 +43,9 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
                               postgres.password(settings, src, source))
     else:
         secret = postgres.password(settings, src, source)
+        print(f"warning: source {source}: the password goes into the connector config of {settings.connect_url}, "
+              f"where its REST API shows it; set sources.{source}.connector_password_ref to a config provider "
+              f"reference instead", file=sys.stderr)
     config = postgres_config(settings, source, tables, secret)
     previous = client.config(name)
     catalog = load_catalog(settings)

@@ -54,7 +54,8 @@ class Kafka:
                 "-cp", str(jars_dir(self.cache, "kafka") / "*"), main, *args]
 
     def start(self) -> None:
-        if self.process.pid() is not None and self.healthy():
+        if self.process.pid() is not None:  # running already, or still starting
+            self.process.wait_healthy(self.healthy, self.timeout_s)
             return
         require_free_port(self.port, "Kafka", "kafka_port")
         require_free_port(self.controller_port, "Kafka's controller", "kafka_controller_port")
@@ -98,7 +99,8 @@ class Connect:
             return False
 
     def start(self) -> None:
-        if self.process.pid() is not None and self.healthy():
+        if self.process.pid() is not None:  # running already, or still starting
+            self.process.wait_healthy(self.healthy, self.timeout_s)
             return
         require_free_port(self.port, "Kafka Connect", "connect_port")
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,8 @@ class Postgres:
             raise StackError(f"initdb failed (exit {out.returncode}):\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
 
     def start(self) -> None:
-        if self.process.pid() is not None and self.healthy():
+        if self.process.pid() is not None:  # running already, or still starting
+            self.process.wait_healthy(self.healthy, self.timeout_s)
             return
         require_free_port(self.port, "PostgreSQL", "postgres_port")
         self.init()

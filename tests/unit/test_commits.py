@@ -1,7 +1,6 @@
 import json
 
-from cdc.control.commits import (OFFSETS, PartitionRange, already_committed, merged_offsets, parse_offsets,
-                                 summary_properties)
+from cdc.control.commits import OFFSETS, PartitionRange, merged_offsets, parse_offsets, summary_properties
 
 
 def test_offsets_round_trip_through_summary():
@@ -13,13 +12,6 @@ def test_offsets_round_trip_through_summary():
 
 def test_merged_offsets_never_go_backwards():
     assert merged_offsets({0: 10, 1: 4}, [PartitionRange(0, 3, 5), PartitionRange(1, 4, 8)]) == {0: 10, 1: 9}
-
-
-def test_already_committed():
-    assert already_committed({0: 10}, [PartitionRange(0, 0, 9)])
-    assert not already_committed({0: 10}, [PartitionRange(0, 5, 10)])
-    assert not already_committed({0: 10}, [PartitionRange(1, 0, 0)])
-    assert not already_committed({}, [])
 
 
 def test_parse_offsets_without_summary():

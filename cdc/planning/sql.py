@@ -1,0 +1,9 @@
+"""Names shared by the SQL the planner writes and the Spark decoder: pure, no Spark."""
+from __future__ import annotations
+
+TOMBSTONE = "tombstone"  # the `_op` of a Kafka record with a null value
+
+
+def q(name: str) -> str:
+    """A Spark SQL identifier, quoted."""
+    return "`" + name.replace("`", "``") + "`"
