@@ -109,6 +109,13 @@ class Env:
         (self.settings.path(self.settings.tables_dir) / f"{name}.yaml").write_text(yaml.safe_dump(body))
         return name
 
+    def marker(self) -> int:
+        """A transaction the connector certainly captures; returns its id."""
+        from cdc.sources.postgres import write_marker
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return write_marker(conn, self.settings.sources[self.source].signal_table)
+
     def wait_captured(self, txid: int) -> None:
         """Until every change of transaction `txid` is in Kafka (a polled condition)."""
         ConnectClient(self.settings.connect_url).wait_captured(connector_name(self.source), txid & 0xFFFFFFFF)

@@ -10,6 +10,7 @@ BATCH_ID = "cdc.batch-id"
 JOB = "cdc.job"
 POSITION = "cdc.position"  # highest source position applied so far
 SOURCE_TS = "cdc.source-ts-ms"  # source commit time of that position
+TOPIC_ID = "cdc.topic-id"  # Kafka's id of the topic the offsets belong to
 
 
 def parse_offsets(summary: dict | None) -> dict[str, dict[int, int]]:
@@ -37,7 +38,7 @@ def merged_offsets(committed: dict[int, int], batch: list[PartitionRange]) -> di
 
 def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: str,
                        position: str | None, source_ts_ms: int | None,
-                       previous: dict | None = None) -> dict[str, str]:
+                       previous: dict | None = None, topic_id: str | None = None) -> dict[str, str]:
     """The cdc keys of a batch's snapshot summary. Position and source time carry over
     from `previous` (the last committed summary) and never go backwards."""
     previous = previous or {}
@@ -52,4 +53,6 @@ def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: 
         props[POSITION] = position
     if source_ts_ms is not None:
         props[SOURCE_TS] = str(source_ts_ms)
+    if topic_id:
+        props[TOPIC_ID] = topic_id
     return props

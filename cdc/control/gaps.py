@@ -8,9 +8,14 @@ REFILL = ("re-fill the table from the source: drop its target and the target's _
 
 
 def check_offsets_available(table: str, topic: str, committed: dict[int, int],
-                            watermarks: dict[int, tuple[int, int]]) -> None:
-    """Fail when data the table has not applied is gone (retention), or when the topic's
-    offsets went backwards (the topic was recreated). Never skip data silently."""
+                            watermarks: dict[int, tuple[int, int]], committed_topic_id: str | None = None,
+                            current_topic_id: str | None = None) -> None:
+    """Fail when data the table has not applied is gone (retention), or when the topic was
+    recreated (a new topic id, or offsets that went backwards). Never skip data silently."""
+    if committed and committed_topic_id and current_topic_id and committed_topic_id != current_topic_id:
+        raise ApplyError(f"table {table}: topic {topic} was recreated (topic id {current_topic_id}, the table's "
+                         f"offsets belong to {committed_topic_id}); its offsets mean nothing to this table",
+                         hint=REFILL.format(table=table))
     for p, next_offset in sorted(committed.items()):
         if p not in watermarks:
             raise ApplyError(f"table {table}: topic {topic} has no partition {p}, but the table has applied "

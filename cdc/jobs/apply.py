@@ -62,6 +62,7 @@ class TableApplier:
     delete_horizon_hours: int
     checkpoint: Path | None = None  # where the batch's planned end offsets are read
     skip_committed: bool = True  # False for a replay: re-apply what the table already holds
+    topic_id: str | None = None  # recorded with the offsets: a recreated topic is told apart
 
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
@@ -109,7 +110,7 @@ class TableApplier:
             ahead = {p: o for p, o in planned_end.items() if o > committed.get(p, 0)}
             if ahead:
                 iceberg_spark.commit_summary_only(table, commits.summary_properties(
-                    self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary))
+                    self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary, self.topic_id))
             return
         if any(s.errors for s in stats):
             bad = events.where(F.col("_error").isNotNull()).select("_partition", "_offset", "_error").first()
@@ -126,7 +127,7 @@ class TableApplier:
             offsets[p] = max(offsets.get(p, 0), o)
         props = commits.summary_properties(self.topic, offsets, batch_id,
                                            self.job, max(positions) if positions else None,
-                                           max(ts) if ts else None, summary)
+                                           max(ts) if ts else None, summary, self.topic_id)
         crash_point("before-merge")
         truncated = max((s.truncate for s in stats if s.truncate), default=None)
         if truncated:

@@ -21,7 +21,7 @@ from cdc.planning.merge import deletes_ref, table_ref
 from cdc.control.checkpoint import committed_end_offsets, decide_start
 from cdc.control.gaps import REFILL, check_offsets_available
 from cdc.control.replay import window as replay_window
-from cdc.register.topics import existing_topics, watermarks
+from cdc.register.topics import existing_topics, topic_id, watermarks
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import table_columns
 
@@ -36,6 +36,7 @@ class Target:
     key: tuple[str, ...]
     topic: str
     committed: dict[int, int]
+    topic_id: str | None
 
 
 def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
@@ -59,8 +60,10 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
                          f"offsets (expired, or written by another tool), so the job cannot tell where to resume",
                          hint=f"re-apply the topic: `cdc replay --table {reg.name} --from-earliest`")
     committed = commits.parse_offsets(summary).get(topic, {})
-    check_offsets_available(reg.name, topic, committed, watermarks(settings.kafka_bootstrap, topic))
-    return Target(ref, table, columns, key, topic, committed)
+    current_id = topic_id(settings.kafka_bootstrap, topic)
+    check_offsets_available(reg.name, topic, committed, watermarks(settings.kafka_bootstrap, topic),
+                            (summary or {}).get(commits.TOPIC_ID), current_id)
+    return Target(ref, table, columns, key, topic, committed, current_id)
 
 
 def _query(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
@@ -75,6 +78,7 @@ def _query(spark, settings: Settings, reg: TableRegistration, target: Target, ch
         reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
     applier = TableApplier(reg.name, target.ref, target.topic, target.columns, target.key,
                            job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
+                           topic_id=target.topic_id,
                            deletes_ref=deletes_ref(settings.catalog.name, reg.target),
                            delete_horizon_hours=reg.options.delete_horizon_hours).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)

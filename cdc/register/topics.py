@@ -51,3 +51,17 @@ def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
         raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
     finally:
         consumer.close()
+
+
+def topic_id(bootstrap: str, topic: str) -> str | None:
+    """Kafka's id of the topic (a recreated topic gets a new one), or None if unknown."""
+    from confluent_kafka import TopicCollection
+
+    client = admin(bootstrap)
+    try:
+        desc = client.describe_topics(TopicCollection([topic]), request_timeout=15)[topic].result(30)
+    except KafkaException as e:
+        if "UNKNOWN_TOPIC" in str(e):
+            return None
+        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+    return str(desc.topic_id) if getattr(desc, "topic_id", None) is not None else None

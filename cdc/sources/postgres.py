@@ -108,3 +108,16 @@ def request_incremental_snapshot(conn: psycopg.Connection, signal_table: str, ta
                      .format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)),
                      (str(uuid.uuid4()), json.dumps({"data-collections": tables, "type": "incremental"})))
         return conn.execute("SELECT txid_current()").fetchone()[0]
+
+
+def write_marker(conn: psycopg.Connection, signal_table: str) -> int:
+    """A transaction Debezium certainly captures (a `log` signal: it only logs a line);
+    once the connector's offset passes it, every earlier change is in Kafka. Returns its id."""
+    import uuid
+
+    schema, table = _split(signal_table)
+    with conn.transaction():
+        conn.execute(psycopg.sql.SQL("INSERT INTO {}.{} (id, type, data) VALUES (%s, 'log', %s)")
+                     .format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)),
+                     (f"cdc-marker-{uuid.uuid4()}", '{"message": "cdc marker"}'))
+        return conn.execute("SELECT txid_current()").fetchone()[0]

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -35,7 +36,7 @@ def offsets_history(env, table: str) -> list[int]:
 @pytest.fixture(scope="module")
 def fenv(it_env):
     s = it_env.schema
-    for t in ("crash_a", "crash_b", "lost_cp", "rolled", "expired", "replayed"):
+    for t in ("crash_a", "crash_b", "lost_cp", "rolled", "expired", "replayed", "recreated"):
         it_env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v text, n numeric(10,2))')
         it_env.sql(f'INSERT INTO "{s}".{t} SELECT g, \'v\' || g, g FROM generate_series(1, 50) g')
         # small batches for the replayed table, so a replay crosses many batch boundaries
@@ -145,3 +146,32 @@ def test_replay_from_earliest_twice_keeps_the_table_exact(fenv):
     assert positions == sorted(positions) and len(positions) > 10
     fenv.replicate("replayed")  # the regular job goes on from its checkpoint, skipping what is applied
     assert_equal(fenv.dsn, s, "replayed", fenv.catalog, f"{s}.replayed", ("id",))
+
+
+def test_recreated_topic_is_detected_not_consumed(fenv, capsys):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from cdc.register.topics import ensure_topics, existing_topics
+
+    s = fenv.schema
+    before = offsets_history(fenv, "recreated")
+    topic = f"{fenv.source}.{s}.recreated"
+    bootstrap = fenv.settings.kafka_bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics([topic]).values():
+        fut.result(30)
+    deadline = time.monotonic() + 60
+    while topic in existing_topics(bootstrap):  # deletion completes asynchronously
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    ensure_topics(bootstrap, [topic])
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(before[-1] + 5):  # the new topic grows past the old offsets: they do not go backwards
+        producer.produce(topic, key=b'{"schema": {}, "payload": {"id": 1}}', value=None)
+    producer.flush(30)
+    capsys.readouterr()
+    assert fenv.cdc("run", "--available-now", "--table", f"{s}.recreated") == 3
+    err = capsys.readouterr().err
+    assert f"topic {topic} was recreated (topic id" in err
+    assert offsets_history(fenv, "recreated") == before

@@ -48,3 +48,11 @@ def test_retention_gap_names_the_missing_range():
         check_offsets_available("a.b", "t", {0: 10}, {0: (0, 3)})
     with pytest.raises(ApplyError, match=r"no partition 1"):
         check_offsets_available("a.b", "t", {1: 10}, {0: (0, 3)})
+
+
+def test_recreated_topic_is_told_apart_by_its_id():
+    from cdc.control.gaps import check_offsets_available
+
+    check_offsets_available("a.b", "t", {0: 10}, {0: (0, 500)}, "id-1", "id-1")
+    with pytest.raises(ApplyError, match=r"topic t was recreated \(topic id id-2"):
+        check_offsets_available("a.b", "t", {0: 10}, {0: (0, 500)}, "id-1", "id-2")
