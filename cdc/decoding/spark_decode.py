@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from cdc.decoding.envelope import Operation
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.sources.types import Column
+from cdc.sources.types import TOASTABLE_KINDS, Column, toastable
 
 OPS = tuple(op.value for op in Operation)
 # With partial JSON results off (see jobs/session.py), a value that does not parse into its
@@ -59,7 +59,14 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
                    _hex(F.col("_partition"), 8), _hex(F.col("_offset"), 16))
     df = df.withColumn("_position", F.when(event_lsn.isNotNull(), pos))
     row = F.when(F.col("_op") == "d", F.col("_v.before")).otherwise(F.col("_v.after"))
-    data = [(F.col("_k") if c.name in key else row).getField(c.name).alias(c.name) for c in columns]
+    # An unchanged TOASTed value arrives as a placeholder: flagged, and never taken as data.
+    toast = {c.name: i for i, c in enumerate(toastable(columns, key))}
+    unavailable = {name: F.coalesce(row.getField(name) == F.lit(TOASTABLE_KINDS[by_name[name].kind]), F.lit(False))
+                   for name in toast}
+    data = [(F.col("_k").getField(c.name) if c.name in key else
+             F.when(unavailable[c.name], F.lit(None)).otherwise(row.getField(c.name)) if c.name in toast else
+             row.getField(c.name)).alias(c.name) for c in columns]
+    flags = [unavailable[name].alias(f"_unavailable_{i}") for name, i in toast.items()]
     key_missing = reduce(lambda a, b: a | b, [F.col("_k").getField(k).isNull() for k in key], F.col("_k").isNull())
     error = (
         F.when(~F.col("_null_value") & F.col("_v").isNull(), F.lit(NOT_AN_ENVELOPE))
@@ -70,7 +77,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
         .when(F.col("_op").isin("c", "u", "r") & F.col("_v.after").isNull(), F.lit("change has no 'after' row"))
     )
     out = df.select(
-        *data,
+        *data, *flags,
         F.col("_op"), F.col("_position"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),

@@ -21,7 +21,7 @@ from cdc.planning.dedupe import last_per_key
 from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
                                 truncate_sql)
 from cdc.sinks import iceberg_spark
-from cdc.sources.types import Column
+from cdc.sources.types import Column, toastable
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
@@ -137,7 +137,8 @@ class TableApplier:
             events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
-        changes = last_per_key(events.where(F.col("_op") != "t"), self.key, tuple(c.name for c in self.columns))
+        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        changes = last_per_key(events.where(F.col("_op") != "t"), self.key, tuple(c.name for c in self.columns), toast)
         remembered = spark.table(self.deletes_ref).select(
             *[F.col(q(k)).alias(f"_deleted_{i}") for i, k in enumerate(self.key)],
             F.col("_cdc_position").alias("_deleted_position"))
@@ -155,7 +156,7 @@ class TableApplier:
         try:
             run_with_conflict_retries(lambda: spark.sql(merge_sql(
                 self.target_ref, view, self.key, tuple(c.name for c in self.columns),
-                floor=iceberg_spark.properties(table).get(TRUNCATED_AT))))
+                floor=iceberg_spark.properties(table).get(TRUNCATED_AT), toastable=toast)))
         finally:
             for k in props:
                 spark.conf.unset(SNAPSHOT_PROPERTY + k)

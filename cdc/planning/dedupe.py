@@ -10,10 +10,13 @@ from cdc.planning.sql import TOMBSTONE, q
 CARRIED = ("_op", "_position", "_source_ts", "_partition", "_offset")
 
 
-def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ...]) -> DataFrame:
+def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ...],
+                 toastable: tuple[str, ...] = ()) -> DataFrame:
     """One row per key: the change with the highest position; a tombstone that follows it in
     its partition turns it into a delete; a key with only tombstones keeps one `tombstone`
-    row (applied against the stored row's Kafka offset by the MERGE)."""
+    row (applied against the stored row's Kafka offset by the MERGE). A `toastable` column
+    takes the newest value the batch really carries (placeholders skipped), with `_has_<i>`
+    false when it carries none, so the MERGE keeps the stored value."""
     values = [c for c in columns if c not in key] + list(CARRIED)
     is_change = F.col("_op") != TOMBSTONE
     is_tomb = F.col("_op") == TOMBSTONE
@@ -21,6 +24,7 @@ def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ..
         F.max_by(F.when(is_change, F.struct(*[q(v) for v in values])), F.when(is_change, F.col("_position")))
         .alias("_w"),
         F.max_by(F.when(is_tomb, F.struct("_partition", "_offset")), F.when(is_tomb, F.col("_offset"))).alias("_t"),
+        *[agg for i, c in enumerate(toastable) for agg in _known_value(i, c)],
     )
     lone_tomb = F.col("_w").isNull()
     # Offsets compare only within one partition (a key's records share one unless the
@@ -28,7 +32,10 @@ def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ..
     tomb_after = (F.col("_t").isNotNull() & (F.col("_t._partition") == F.col("_w._partition"))
                   & (F.col("_t._offset") > F.col("_w._offset")))
     out = [F.col(q(k)) for k in key]
-    out += [F.col("_w").getField(c).alias(c) for c in columns if c not in key]
+    toast = {c: i for i, c in enumerate(toastable)}
+    out += [(F.col(f"_tv_{toast[c]}") if c in toast else F.col("_w").getField(c)).alias(c)
+            for c in columns if c not in key]
+    out += [F.coalesce(F.col(f"_th_{i}"), F.lit(False)).alias(f"_has_{i}") for i in toast.values()]
     out += [
         F.when(lone_tomb, F.lit(TOMBSTONE)).when(tomb_after, F.lit("d")).otherwise(F.col("_w._op")).alias("_op"),
         F.col("_w._position").alias("_position"),
@@ -37,3 +44,10 @@ def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ..
         F.when(lone_tomb, F.col("_t._offset")).otherwise(F.col("_w._offset")).alias("_offset"),
     ]
     return grouped.select(*out)
+
+
+def _known_value(i: int, column: str):
+    """The newest value of a toastable column that a change of the batch really carries."""
+    known = F.col("_op").isin("c", "u", "r") & ~F.col(f"_unavailable_{i}")
+    return (F.max_by(F.col(q(column)), F.when(known, F.col("_position"))).alias(f"_tv_{i}"),
+            F.max(F.when(known, F.lit(True))).alias(f"_th_{i}"))

@@ -21,7 +21,7 @@ METADATA = {
 
 
 def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple[str, ...],
-              floor: str | None = None) -> str:
+              floor: str | None = None, toastable: tuple[str, ...] = ()) -> str:
     """MERGE INTO `target` USING `batch_view`: delete on `d`, update when newer, insert
     when absent and newer than the key's remembered delete (`_deleted_position` of the
     batch view) and than the last truncate (`floor`); a lone tombstone deletes only a row
@@ -35,7 +35,10 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
         insert_guard += f" AND s._position > '{check_position(floor)}'"
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
     assign = [(q(c), f"s.{q(c)}") for c in columns] + [(q(m), f"s.{q(src)}") for m, src in METADATA.items()]
-    set_clause = ", ".join(f"t.{name} = {value}" for name, value in assign if name not in {q(k) for k in key})
+    # A toastable column the batch carries no value for keeps the stored one.
+    kept = {q(c): f"CASE WHEN s._has_{i} THEN s.{q(c)} ELSE t.{q(c)} END" for i, c in enumerate(toastable)}
+    set_clause = ", ".join(f"t.{name} = {kept.get(name, value)}" for name, value in assign
+                           if name not in {q(k) for k in key})
     insert_cols = ", ".join(name for name, _ in assign)
     insert_vals = ", ".join(value for _, value in assign)
     return (

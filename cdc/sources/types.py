@@ -8,6 +8,12 @@ from cdc.errors import ConfigError
 
 METADATA_PREFIX = "_cdc_"
 
+# Debezium's stand-in for an unchanged TOASTed value it did not receive (PostgreSQL sends
+# none for updates under REPLICA IDENTITY DEFAULT); bytes arrive base64-encoded.
+UNAVAILABLE = "__debezium_unavailable_value"
+UNAVAILABLE_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
+TOASTABLE_KINDS = {"string": UNAVAILABLE, "binary": UNAVAILABLE_BASE64}
+
 # kind -> (Spark SQL type of the target, Spark SQL type on the wire, conversion of `{x}`)
 KINDS: dict[str, tuple[str, str, str]] = {
     "int": ("INT", "INT", "{x}"),
@@ -70,6 +76,11 @@ class Column:
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def toastable(columns: tuple["Column", ...], key: tuple[str, ...]) -> tuple["Column", ...]:
+    """Non-key columns whose value may arrive as the unavailable-value placeholder."""
+    return tuple(c for c in columns if c.kind in TOASTABLE_KINDS and c.name not in key)
 
 
 def postgres_column(name: str, data_type: str, nullable: bool, numeric_precision: int | None,

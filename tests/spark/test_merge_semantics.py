@@ -251,3 +251,28 @@ def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
     offsets = [parse_offsets(s.summary.additional_properties)[topic][0] for s in h.snapshots()
                if topic in parse_offsets(s.summary.additional_properties)]
     assert offsets == sorted(offsets) and offsets[-1] == 280
+
+
+UNAVAILABLE = "__debezium_unavailable_value"
+
+
+def test_unchanged_toast_placeholder_keeps_the_stored_value(h):
+    h.topic.change("c", {"id": 1, "v": "a long text", "n": 1}, 100, 110)
+    h.topic.change("c", {"id": 2, "v": "other", "n": 1}, 100, 120)
+    h.apply()
+    h.topic.change("u", {"id": 1, "v": UNAVAILABLE, "n": 2}, 200, 210)
+    h.topic.change("u", {"id": 2, "v": None, "n": 2}, 200, 220)  # a real null is a value
+    h.apply()
+    rows = h.rows()
+    assert (rows[1]["v"], rows[1]["n"]) == ("a long text", 2)
+    assert (rows[2]["v"], rows[2]["n"]) == (None, 2)
+
+
+def test_toast_placeholder_takes_the_newest_real_value_of_its_batch(h):
+    h.topic.change("c", {"id": 1, "v": "old", "n": 1}, 100, 110)
+    h.apply()
+    h.topic.change("u", {"id": 1, "v": "new", "n": 2}, 200, 210)
+    h.topic.change("u", {"id": 1, "v": UNAVAILABLE, "n": 3}, 300, 310)
+    h.topic.change("u", {"id": 1, "v": UNAVAILABLE, "n": 4}, 400, 410)
+    h.apply()
+    assert (h.rows()[1]["v"], h.rows()[1]["n"]) == ("new", 4)

@@ -40,3 +40,9 @@ def test_delete_memory_keeps_the_newest_position():
     sql = remember_deletes_sql("`d`", "b", ("id",))
     assert "WHERE _op = 'd'" in sql and "s._position > t._cdc_position THEN UPDATE" in sql
     assert "make_dt_interval(0, 24, 0, 0)" in forget_deletes_sql("`d`", 24)
+
+
+def test_toastable_columns_keep_the_stored_value_without_one_in_the_batch():
+    sql = merge_sql("x", "b", ("id",), ("id", "doc", "n"), toastable=("doc",))
+    assert "t.`doc` = CASE WHEN s._has_0 THEN s.`doc` ELSE t.`doc` END" in sql
+    assert "t.`n` = s.`n`" in sql
