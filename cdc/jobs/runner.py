@@ -195,6 +195,8 @@ class Supervisor:
             except CdcError as e:
                 e.table = e.table or name
                 self.backoff(name, e)
+            except Exception as e:  # noqa: BLE001 - py4j: the catalog or Kafka failing under Spark
+                self.backoff(name, e)
 
     def run_available_now(self) -> None:
         for name in self.tables:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -110,3 +112,38 @@ def test_job_gives_up_after_its_retry_bound(oenv, stack, tmp_path, capsys):
         assert "gave up after 6s of retries" in err and "Kafka at" in err and "retrying in 1s" in err
     finally:
         connector_back(oenv, stack)
+
+
+def test_catalog_unreachable_then_back(oenv, stack, tmp_path):
+    """The catalog's database cannot be opened for a while: the job retries, then goes on."""
+    s = oenv.schema
+    doc = yaml.safe_load(oenv.config.read_text())
+    doc["spark"]["retry_for_s"] = 240
+    config = tmp_path / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    oenv.wait_captured(oenv.transaction(f'UPDATE "{s}".outage_k SET note = \'catalog outage\' WHERE id <= 10'))
+    catalog = oenv.settings.path(oenv.settings.catalog.path)
+    away = catalog.with_name(catalog.name + ".away")
+    log = tmp_path / "run.log"
+    catalog.rename(away)
+    catalog.mkdir()  # a directory where the database file was: every new connection fails
+    restored = False
+    try:
+        with open(log, "w") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run",
+                                     "--available-now", "--table", f"{s}.outage_k"], stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while "retrying in" not in log.read_text():  # the job noticed and waits
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        catalog.rmdir()
+        away.rename(catalog)
+        restored = True
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if not restored:
+            catalog.rmdir()
+            away.rename(catalog)
+    assert_equal(oenv.dsn, s, "outage_k", oenv.catalog, f"{s}.outage_k", ("id",))
