@@ -3,7 +3,6 @@ how a table's job starts from it and from the table's own history."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from cdc.errors import ApplyError
@@ -31,22 +30,16 @@ def committed_end_offsets(checkpoint: Path) -> dict[str, dict[int, int]] | None:
     return batch_end_offsets(checkpoint, done[-1]) if done else None
 
 
-@dataclass(frozen=True)
-class StartDecision:
-    """`stale`: the checkpoint belongs to another topic and must be moved aside."""
-
-    stale: bool
-
-
-def decide_start(table: str, topic: str, table_offsets: dict[int, int],
-                 checkpoint_offsets: dict[str, dict[int, int]] | None) -> StartDecision:
-    """How a job starts. The table's history is the truth: a checkpoint behind it is fine
-    (what the table holds is skipped), one of another topic is stale, one ahead of it
-    means the table was rolled back, which only a replay can repair."""
+def checkpoint_is_stale(table: str, topic: str, table_offsets: dict[int, int],
+                        checkpoint_offsets: dict[str, dict[int, int]] | None) -> bool:
+    """Whether the job must move its checkpoint aside (it belongs to another topic). The
+    table's history is the truth: a checkpoint behind it is fine (what the table holds is
+    skipped); one ahead of it means the table was rolled back, which only a replay can
+    repair, so that raises."""
     if checkpoint_offsets is None:
-        return StartDecision(stale=False)
+        return False
     if set(checkpoint_offsets) != {topic}:
-        return StartDecision(stale=True)
+        return True
     ahead = {p: (table_offsets.get(p, 0), o) for p, o in checkpoint_offsets[topic].items()
              if o > table_offsets.get(p, 0)}
     if ahead:
@@ -55,4 +48,4 @@ def decide_start(table: str, topic: str, table_offsets: dict[int, int],
                          f"the table was rolled back or lost commits",
                          hint=f"re-apply the missing window with `cdc replay --table {table} --from-offsets "
                               f"'{json.dumps({topic: {str(p): t for p, (t, _) in sorted(ahead.items())}})}'`")
-    return StartDecision(stale=False)
+    return False

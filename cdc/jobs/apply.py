@@ -15,19 +15,17 @@ from cdc.control import commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding.spark_decode import decode
-from cdc.planning.sql import TOMBSTONE, q
 from cdc.errors import ApplyError
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
                                 truncate_sql)
+from cdc.planning.sql import TOMBSTONE, q
 from cdc.sinks import iceberg_spark
 from cdc.sources.types import Column, toastable
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
-
-
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException")
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
+from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
+from cdc.control.gaps import REFILL, check_offsets_available
+from cdc.control.replay import window as replay_window
 from cdc.errors import ApplyError, CdcError, DependencyError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
 from cdc.planning.merge import deletes_ref, table_ref
-from cdc.control.checkpoint import committed_end_offsets, decide_start
-from cdc.control.gaps import REFILL, check_offsets_available
-from cdc.control.replay import window as replay_window
 from cdc.register.topics import existing_topics, topic_id, watermarks
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import table_columns
@@ -92,7 +92,7 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
     offsets when the checkpoint is missing or stale."""
     target = open_target(spark, settings, reg)
     checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
-    if decide_start(reg.name, target.topic, target.committed, committed_end_offsets(checkpoint)).stale:
+    if checkpoint_is_stale(reg.name, target.topic, target.committed, committed_end_offsets(checkpoint)):
         aside = checkpoint.with_name(f"{checkpoint.name}.stale-{int(time.time())}")
         checkpoint.rename(aside)
         print(f"{reg.name}: checkpoint {checkpoint} belongs to another topic; moved to {aside}, "

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from cdc.control.checkpoint import batch_end_offsets, committed_end_offsets, decide_start
+from cdc.control.checkpoint import batch_end_offsets, committed_end_offsets, checkpoint_is_stale
 from cdc.errors import ApplyError
 
 
@@ -24,17 +24,17 @@ def test_reads_the_newest_committed_batch(tmp_path):
 
 
 def test_checkpoint_behind_or_missing_is_fine():
-    assert not decide_start("a.b", "t", {0: 10}, None).stale
-    assert not decide_start("a.b", "t", {0: 10}, {"t": {0: 4}}).stale
+    assert not checkpoint_is_stale("a.b", "t", {0: 10}, None)
+    assert not checkpoint_is_stale("a.b", "t", {0: 10}, {"t": {0: 4}})
 
 
 def test_checkpoint_of_another_topic_is_stale():
-    assert decide_start("a.b", "t", {0: 10}, {"other": {0: 4}}).stale
+    assert checkpoint_is_stale("a.b", "t", {0: 10}, {"other": {0: 4}})
 
 
 def test_checkpoint_ahead_of_the_table_names_replay():
     with pytest.raises(ApplyError, match=r"(?s)partition 0: table at 10, checkpoint at 15.*cdc replay --table a.b"):
-        decide_start("a.b", "t", {0: 10}, {"t": {0: 15}})
+        checkpoint_is_stale("a.b", "t", {0: 10}, {"t": {0: 15}})
 
 
 def test_retention_gap_names_the_missing_range():

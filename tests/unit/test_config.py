@@ -39,33 +39,20 @@ def test_unset_env_reference_names_the_variable(project, monkeypatch):
         load_settings(project / "cdc.yaml")
 
 
-def test_unknown_key_is_named(project):
-    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public, table: orders}\nkeys: [id]\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'keys'"):
-        load_tables(load_settings(project / "cdc.yaml"))
-
-
-def test_unknown_source(project):
-    write_table(project, "shop.orders", "name: shop.orders\nsource: {name: nope, schema: public, table: orders}\n")
-    with pytest.raises(ConfigError, match=r"unknown source 'nope'"):
-        load_tables(load_settings(project / "cdc.yaml"))
-
-
-def test_missing_table_field(project):
-    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public}\n")
-    with pytest.raises(ConfigError, match=r"source.table is required"):
-        load_tables(load_settings(project / "cdc.yaml"))
-
-
-def test_identifiers_are_validated(project):
-    write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public, table: 'x; DROP TABLE y'}\n")
-    with pytest.raises(ConfigError, match=r"not a plain identifier"):
-        load_tables(load_settings(project / "cdc.yaml"))
-
-
-def test_file_name_must_match(project):
-    write_table(project, "shop.other", "name: shop.orders\nsource: {schema: public, table: orders}\n")
-    with pytest.raises(ConfigError, match=r"must be named shop.orders.yaml"):
+@pytest.mark.parametrize("file, body, error", [
+    ("shop.orders", "name: shop.orders\nsource: {schema: public, table: orders}\nkeys: [id]\n",
+     r"unknown key 'keys'"),
+    ("shop.orders", "name: shop.orders\nsource: {name: nope, schema: public, table: orders}\n",
+     r"unknown source 'nope'"),
+    ("shop.orders", "name: shop.orders\nsource: {schema: public}\n", r"source.table is required"),
+    ("shop.orders", "name: shop.orders\nsource: {schema: public, table: 'x; DROP TABLE y'}\n",
+     r"not a plain identifier"),
+    ("shop.other", "name: shop.orders\nsource: {schema: public, table: orders}\n",
+     r"must be named shop.orders.yaml"),
+], ids=["unknown-key", "unknown-source", "missing-table", "identifier", "file-name"])
+def test_bad_registrations_are_refused_by_name(project, file, body, error):
+    write_table(project, file, body)
+    with pytest.raises(ConfigError, match=error):
         load_tables(load_settings(project / "cdc.yaml"))
 
 
