@@ -59,6 +59,15 @@ def _replay(args) -> int:
     return 0
 
 
+def _bootstrap(args) -> int:
+    from cdc.bootstrap.load import bootstrap
+
+    settings = load_settings(args.config)
+    (reg,) = load_tables(settings, args.table)
+    bootstrap(settings, reg, method=args.method, chunk_rows=args.chunk_rows, restart=args.restart)
+    return 0
+
+
 def _status(args) -> int:
     from cdc.report.status import format_text, status
 
@@ -102,7 +111,27 @@ def parser() -> argparse.ArgumentParser:
     window.add_argument("--from-timestamp", metavar="TS", help="epoch milliseconds or ISO-8601 (UTC by default)")
     window.add_argument("--from-position", metavar="POS", help="a _cdc_position value")
     rp.set_defaults(func=_replay)
+
+    bs = sub.add_parser("bootstrap", help="fill a table's target from the source, then stream on")
+    bs.add_argument("--table", required=True, help="the registered table")
+    bs.add_argument("--method", choices=["jdbc", "debezium"],
+                    help="jdbc: parallel read in one exported snapshot (default); debezium: incremental snapshot "
+                         "through the signal table. An unfinished bootstrap resumes with its own method")
+    bs.add_argument("--chunk-rows", type=_positive, default=500_000, metavar="N",
+                    help="jdbc: rows per committed chunk, the unit a resumed bootstrap restarts from")
+    bs.add_argument("--restart", action="store_true", help="start an unfinished bootstrap over")
+    bs.set_defaults(func=_bootstrap)
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from cdc.errors import ApplyError
 
-REFILL = ("re-fill the table from the source: drop its target and the target's __cdc_deletes table, delete "
-          "its checkpoint, then `cdc register --table {table}` (Debezium snapshots it again)")
+REFILL = ("re-fill the table from the source with `cdc bootstrap --table {table}` (it empties the target, reads "
+          "the source at a consistent position and streams on from Kafka's current end)")
 
 
 def check_offsets_available(table: str, topic: str, committed: dict[int, int],

@@ -2,7 +2,7 @@
 
 Input: the Kafka source's columns (key, value, topic, partition, offset). Output: one row
 per record with the key columns, the data columns in target types, and
-`_op` (c/u/d/r/t, or `tombstone` for a null value), `_position`, `_source_ts`,
+`_op` (c/u/d/r/t, or `tombstone` for a null value), `_position`, `_txid`, `_source_ts`,
 `_partition`, `_offset`, and `_error` (null, or why the record is bad).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _struct_ddl(columns: tuple[Column, ...]) -> str:
 def value_schema(columns: tuple[Column, ...]) -> str:
     row = f"STRUCT<{_struct_ddl(columns)}>"
     return (f"STRUCT<payload: STRUCT<before: {row}, after: {row}, "
-            f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT>, op: STRING>>")
+            f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT, txId: BIGINT>, op: STRING>>")
 
 
 def key_schema(key_columns: tuple[Column, ...]) -> str:
@@ -78,7 +78,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
     )
     out = df.select(
         *data, *flags,
-        F.col("_op"), F.col("_position"),
+        F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
         error.alias("_error"),

@@ -61,6 +61,7 @@ class TableApplier:
     checkpoint: Path | None = None  # where the batch's planned end offsets are read
     skip_committed: bool = True  # False for a replay: re-apply what the table already holds
     topic_id: str | None = None  # recorded with the offsets: a recreated topic is told apart
+    held: str | None = None  # Spark SQL: a change the table's bootstrap rows already hold (dropped)
 
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
@@ -80,7 +81,10 @@ class TableApplier:
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
-        events = decode(batch, self.columns, self.key).persist()
+        events = decode(batch, self.columns, self.key)
+        if self.held:
+            events = events.where(f"NOT coalesce({self.held}, FALSE)")
+        events = events.persist()
         try:
             self._apply(spark, table, events, summary, committed, self._planned_end(batch_id), batch_id)
         finally:

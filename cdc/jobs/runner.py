@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdc.bootstrap.plan import check_not_running
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
@@ -37,20 +38,28 @@ class Target:
     topic: str
     committed: dict[int, int]
     topic_id: str | None
+    held: str | None = None  # Spark SQL: true for a change the bootstrap rows already hold
 
 
-def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
-    """The target, its decoding properties and committed offsets, checked against Kafka:
-    a missing topic, a retention gap or a recreated topic stops here."""
+def load_target(spark, settings: Settings, reg: TableRegistration):
+    """The reference and the Iceberg table of a registered table's target."""
     ref = table_ref(settings.catalog.name, reg.target)
     try:
-        table = iceberg_spark.load_table(spark, ref)
+        return ref, iceberg_spark.load_table(spark, ref)
     except Exception as e:  # noqa: BLE001 - py4j wraps NoSuchTableException
         if "NoSuchTable" in str(e) or "not found" in str(e).lower():
             raise ApplyError(f"target {ref} of table {reg.name} does not exist",
                              hint=f"run `cdc register --table {reg.name}` first") from None
         raise
-    columns, key, topic = table_columns(iceberg_spark.properties(table))
+
+
+def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
+    """The target, its decoding properties and committed offsets, checked against Kafka:
+    a missing topic, a retention gap or a recreated topic stops here."""
+    ref, table = load_target(spark, settings, reg)
+    properties = iceberg_spark.properties(table)
+    columns, key, topic = table_columns(properties)
+    boot = check_not_running(reg.name, properties)
     if topic not in existing_topics(settings.kafka_bootstrap):
         raise ApplyError(f"Kafka topic {topic} of table {reg.name} does not exist",
                          hint=f"run `cdc register --table {reg.name}` (it creates the topic and the connector)")
@@ -63,7 +72,7 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     current_id = topic_id(settings.kafka_bootstrap, topic)
     check_offsets_available(reg.name, topic, committed, watermarks(settings.kafka_bootstrap, topic),
                             (summary or {}).get(commits.TOPIC_ID), current_id)
-    return Target(ref, table, columns, key, topic, committed, current_id)
+    return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None)
 
 
 def _query(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
@@ -78,7 +87,7 @@ def _query(spark, settings: Settings, reg: TableRegistration, target: Target, ch
         reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
     applier = TableApplier(reg.name, target.ref, target.topic, target.columns, target.key,
                            job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
-                           topic_id=target.topic_id,
+                           topic_id=target.topic_id, held=target.held,
                            deletes_ref=deletes_ref(settings.catalog.name, reg.target),
                            delete_horizon_hours=reg.options.delete_horizon_hours).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)

@@ -7,6 +7,7 @@ import datetime as dt
 
 from pyiceberg.exceptions import NoSuchTableError
 
+from cdc.bootstrap.plan import PROPERTY, Bootstrap
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.register.topics import watermarks
@@ -57,7 +58,16 @@ def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
         "snapshot_id": snap.snapshot_id if snap else None,
         "snapshot_time": _iso_ms(snap.timestamp_ms) if snap else None,
         "dead_letters": dead,
+        "bootstrap": _bootstrap(table.properties),
     }
+
+
+def _bootstrap(properties: dict) -> dict | None:
+    text = properties.get(PROPERTY)
+    if not text:
+        return None
+    boot = Bootstrap.from_json(text)
+    return {"id": boot.id, "method": boot.method, "state": boot.state}
 
 
 def status(settings: Settings, tables: list[TableRegistration]) -> list[dict]:
@@ -74,6 +84,9 @@ def format_text(rows: list[dict]) -> str:
             continue
         lines.append(f"{r['table']:28} {r['job']['state']:10} {r['lag']:>8} {r['dead_letters']:>5}  "
                      f"{(r['source_commit_time'] or '-'):32} {r['snapshot_id'] or '-'}")
+        if r.get("bootstrap") and r["bootstrap"]["state"] != "done":
+            lines.append(f"  {r['bootstrap']['method']} bootstrap {r['bootstrap']['id']} unfinished: "
+                         f"run `cdc bootstrap --table {r['table']}` to resume it")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
     return "\n".join(lines)

@@ -40,3 +40,42 @@ def commit_summary_only(table, props: dict[str, str]) -> None:
     for k, v in props.items():
         append = append.set(k, v)
     append.commit()
+
+
+def ancestry_summaries(table):
+    """Snapshot summaries of the current snapshot and its ancestors, newest first."""
+    table.refresh()
+    snap = table.currentSnapshot()
+    while snap is not None:
+        summary = snap.summary()
+        yield {k: summary.get(k) for k in summary.keySet().toArray()}
+        parent = snap.parentId()
+        snap = None if parent is None else table.snapshot(parent)
+
+
+def empty_table(spark, table, summary: dict[str, str], props: dict[str, str]) -> None:
+    """One commit that deletes every row and sets `props`, with `summary` on its snapshot."""
+    tx = table.newTransaction()
+    delete = tx.newDelete().deleteFromRowFilter(spark._jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+    for k, v in summary.items():
+        delete = delete.set(k, v)
+    delete.commit()
+    update = tx.updateProperties()
+    for k, v in props.items():
+        update = update.set(k, v)
+    update.commit()
+    tx.commitTransaction()
+
+
+def commit_summary_and_properties(table, summary: dict[str, str], props: dict[str, str]) -> None:
+    """One commit: a snapshot with no data change carrying `summary`, and `props` set."""
+    tx = table.newTransaction()
+    append = tx.newAppend()
+    for k, v in summary.items():
+        append = append.set(k, v)
+    append.commit()
+    update = tx.updateProperties()
+    for k, v in props.items():
+        update = update.set(k, v)
+    update.commit()
+    tx.commitTransaction()

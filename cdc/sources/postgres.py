@@ -1,6 +1,7 @@
 """PostgreSQL sources: connection from settings, and table introspection."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -121,3 +122,37 @@ def write_marker(conn: psycopg.Connection, signal_table: str) -> int:
                      .format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)),
                      (f"cdc-marker-{uuid.uuid4()}", '{"message": "cdc marker"}'))
         return conn.execute("SELECT txid_current()").fetchone()[0]
+
+
+def ident(name: str) -> str:
+    """A PostgreSQL identifier, quoted (for SQL that leaves psycopg, such as Spark's JDBC reader)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(reg: TableRegistration) -> str:
+    return f"{ident(reg.source.schema_)}.{ident(reg.source.table)}"
+
+
+@dataclass(frozen=True)
+class ExportedSnapshot:
+    """An open REPEATABLE READ transaction whose snapshot other sessions can import."""
+
+    conn: psycopg.Connection
+    name: str  # for SET TRANSACTION SNAPSHOT
+    horizon: str  # pg_current_snapshot()::text
+    wal_lsn: str  # pg_current_wal_lsn()::text, read inside the snapshot
+    taken_at: object  # the transaction's start time (datetime, UTC)
+
+
+@contextmanager
+def exported_snapshot(settings: Settings, name: str):
+    """A consistent snapshot of source `name`, held open (and importable) until the block ends."""
+    conn = connect(settings, name)
+    try:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        row = conn.execute("SELECT pg_export_snapshot(), pg_current_snapshot()::text, pg_current_wal_lsn()::text, "
+                           "now()").fetchone()
+        yield ExportedSnapshot(conn, *row)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()

@@ -42,7 +42,7 @@ def test_retention_gap_names_the_missing_range():
 
     check_offsets_available("a.b", "t", {0: 10}, {0: (0, 12)})
     check_offsets_available("a.b", "t", {}, {0: (50, 60)})  # nothing applied yet: starts at earliest
-    with pytest.raises(ApplyError, match=r"(?s)partition 0 no longer holds offsets 10..49.*cdc register --table a.b"):
+    with pytest.raises(ApplyError, match=r"(?s)partition 0 no longer holds offsets 10..49.*cdc bootstrap --table a.b"):
         check_offsets_available("a.b", "t", {0: 10}, {0: (50, 60)})
     with pytest.raises(ApplyError, match=r"ends at offset 3.*recreated"):
         check_offsets_available("a.b", "t", {0: 10}, {0: (0, 3)})

@@ -1,0 +1,195 @@
+"""`cdc bootstrap`: fill a table's target from the source, then let streaming take over.
+
+- `jdbc`: the source is read in parallel by Spark's JDBC reader inside one exported
+  snapshot, in key-range chunks each appended in bulk (no MERGE); the snapshot's horizon
+  is recorded, and the job drops the changes it already holds (see `plan.py`).
+- `debezium`: the target is emptied and Debezium's incremental snapshot (through the
+  signal table) re-reads the table into its topic; the job applies it.
+
+Either way the target is emptied first, streaming resumes at the Kafka end offsets read
+before the source was read, and the table is caught up before the command returns. An
+interrupted bootstrap resumes where it stopped; the table's job refuses to run until the
+bootstrap is done.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import asdict
+
+from cdc.bootstrap import jdbc
+from cdc.bootstrap.plan import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNING, START, Bootstrap, SourceSnapshot,
+                                chunk_count, plan_chunks)
+from cdc.config.models import Settings, TableRegistration
+from cdc.control import commits
+from cdc.control.faults import crash_point
+from cdc.errors import ConfigError
+from cdc.jobs.runner import load_target, run
+from cdc.jobs.session import get_session
+from cdc.planning.merge import table_ref
+from cdc.register.connector import ConnectClient, connector_name
+from cdc.register.topics import topic_id, watermarks
+from cdc.sinks import iceberg_spark
+from cdc.sinks.iceberg import table_columns
+from cdc.sources import postgres
+
+DEFAULT_CHUNK_ROWS = 500_000
+
+
+def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = None,
+              chunk_rows: int = DEFAULT_CHUNK_ROWS, restart: bool = False) -> None:
+    spark = get_session(settings).newSession()
+    _, table = load_target(spark, settings, reg)
+    columns, key, topic = table_columns(iceberg_spark.properties(table))
+    text = iceberg_spark.properties(table).get(PROPERTY)
+    current = Bootstrap.from_json(text) if text else None
+    started = time.monotonic()
+    if current and current.state == RUNNING and not restart:
+        if method and method != current.method:
+            raise ConfigError(f"table {reg.name} has an unfinished {current.method} bootstrap",
+                              hint=f"resume it with `cdc bootstrap --table {reg.name}`, or start over with "
+                                   f"`--method {method} --restart`")
+        boot = current
+        print(f"{reg.name}: resuming the {boot.method} bootstrap {boot.id}")
+    else:
+        ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
+        by_name = {c.name: c for c in columns}
+        boot = Bootstrap(uuid.uuid4().hex[:12], method or "jdbc", RUNNING, ends,
+                         topic_id(settings.kafka_bootstrap, topic),
+                         key[0] if by_name[key[0]].kind in INTEGER_KINDS else None)
+    if boot.method == "jdbc":
+        _jdbc(spark, settings, reg, table, boot, columns, key, chunk_rows, fresh=boot is not current)
+    else:
+        _debezium(spark, settings, reg, table, boot, fresh=boot is not current)
+    _finish(settings, reg, table, topic, boot)
+    run(settings, [reg], available_now=True)  # the changes made while the source was read
+    table.refresh()
+    rows = int(next(iceberg_spark.ancestry_summaries(table)).get("total-records", 0))
+    elapsed = time.monotonic() - started
+    print(f"{reg.name}: bootstrap {boot.id} ({boot.method}) done: {rows} rows in {elapsed:.1f}s "
+          f"({rows / max(elapsed, 1e-9):,.0f} rows/s), streaming from offsets "
+          f"{json.dumps({str(p): o for p, o in sorted(boot.offsets.items())})}")
+
+
+def _begin(spark, settings: Settings, reg: TableRegistration, table, boot: Bootstrap) -> None:
+    """Empty the target and record the plan in one commit; the old checkpoint goes."""
+    iceberg_spark.empty_table(spark, table, {START: boot.id}, {PROPERTY: boot.to_json()})
+    shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
+    print(f"{reg.name}: bootstrap {boot.id} ({boot.method}) started; target emptied")
+
+
+def _done_chunks(table, boot: Bootstrap) -> dict[int, SourceSnapshot]:
+    """Chunks of this bootstrap already committed, from the table's history."""
+    done = {}
+    for summary in iceberg_spark.ancestry_summaries(table):
+        if CHUNK in summary:
+            c = json.loads(summary[CHUNK])
+            if c["id"] == boot.id:
+                s = c["snapshot"]
+                done[c["index"]] = SourceSnapshot(s["lsn"], s["xmin"], s["xmax"], tuple(s["xip"]))
+        if summary.get(START) == boot.id:
+            break
+    return done
+
+
+def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootstrap, columns, key,
+          chunk_rows: int, fresh: bool) -> None:
+    ref = table_ref(settings.catalog.name, reg.target)
+    partitions = max(2, spark.sparkContext.defaultParallelism * 2)
+    with postgres.exported_snapshot(settings, reg.source.name) as exported:
+        snapshot = SourceSnapshot.parse(exported.horizon, exported.wal_lsn)
+        estimate = _estimate(exported.conn, reg)
+        if fresh:
+            if boot.key_column:
+                n = chunk_count(estimate, chunk_rows)
+                boot.chunks = plan_chunks(_quantiles(exported.conn, reg, boot.key_column, n * partitions, estimate), n)
+            _begin(spark, settings, reg, table, boot)
+        boot.snapshots = _done_chunks(table, boot)
+        todo = [i for i in range(len(boot.chunks)) if i not in boot.snapshots]
+        progress = Progress(reg.name, len(boot.chunks), estimate, already=len(boot.snapshots))
+        for i in todo:
+            rows = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, boot.key_column,
+                                                       boot.chunks[i], exported.name, partitions),
+                                       columns, exported.taken_at)
+            record = json.dumps({"id": boot.id, "index": i, "snapshot": asdict(snapshot)})
+            rows.writeTo(ref).option(f"snapshot-property.{CHUNK}", record).append()
+            table.refresh()
+            boot.snapshots[i] = snapshot
+            progress.chunk_done(i, int(table.currentSnapshot().summary().get("added-records") or 0))
+            crash_point("bootstrap-chunk")
+
+
+SAMPLE_ROWS = 200_000  # rows sampled to cut the key into ranges of about equal size
+
+
+def _estimate(conn, reg: TableRegistration) -> int:
+    """The source table's row count: the planner's estimate, or a count when it has none."""
+    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+                            (postgres.qualified(reg),)).fetchone()[0]
+    if estimate is None or estimate < 0:  # never vacuumed or analyzed
+        estimate = conn.execute(f"SELECT count(*) FROM {postgres.qualified(reg)}").fetchone()[0]
+    return int(estimate)
+
+
+def _quantiles(conn, reg: TableRegistration, column: str, pieces: int, estimate: int) -> list[int]:
+    """Cut points of the integer key into `pieces` ranges of about equal rows, from a sample."""
+    if pieces <= 1:
+        return []
+    percent = min(100.0, 100.0 * SAMPLE_ROWS / max(estimate, 1))
+    sample = "" if percent >= 100 else f" TABLESAMPLE SYSTEM ({percent:.6f})"
+    fractions = [i / pieces for i in range(1, pieces)]
+    (cuts,) = conn.execute(f"SELECT percentile_disc(%s::float8[]) WITHIN GROUP (ORDER BY {postgres.ident(column)}) "
+                           f"FROM {postgres.qualified(reg)}{sample}", (fractions,)).fetchone()
+    return [int(c) for c in cuts or [] if c is not None]
+
+
+def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bootstrap, fresh: bool) -> None:
+    if fresh:
+        _begin(spark, settings, reg, table, boot)
+    src = settings.sources[reg.source.name]
+    name = connector_name(reg.source.name)
+    client = ConnectClient(settings.connect_url)
+    with postgres.connect(settings, reg.source.name) as conn:
+        txid = postgres.request_incremental_snapshot(conn, src.signal_table,
+                                                     [f"{reg.source.schema_}.{reg.source.table}"])
+    print(f"{reg.name}: waiting for Debezium's incremental snapshot of "
+          f"{reg.source.schema_}.{reg.source.table} (connector {name})")
+    client.wait_captured(name, txid & 0xFFFFFFFF)
+    client.wait_incremental_snapshot(name)
+
+
+def _finish(settings: Settings, reg: TableRegistration, table, topic: str, boot: Bootstrap) -> None:
+    """Streaming takes over at the recorded offsets, in the commit that marks the bootstrap done."""
+    previous = iceberg_spark.last_committed_summary(table)
+    committed = commits.parse_offsets(previous).get(topic, {})
+    offsets = {p: max(o, committed.get(p, 0)) for p, o in boot.offsets.items()}
+    position = max((s.position for s in boot.snapshots.values()), default=None)
+    boot.state = DONE
+    summary = commits.summary_properties(topic, offsets, -1, f"{reg.name}@bootstrap-{boot.id}", position, None,
+                                         previous, boot.topic_id)
+    iceberg_spark.commit_summary_and_properties(table, summary, {PROPERTY: boot.to_json()})
+
+
+class Progress:
+    """One line per chunk: a bar, rows so far, rows per second and the time left."""
+
+    def __init__(self, name: str, chunks: int, estimate: int, already: int = 0, out=None,
+                 clock=time.monotonic):
+        self.name, self.chunks, self.out, self.clock = name, chunks, out, clock
+        self.estimate = max(estimate * (chunks - already) // max(chunks, 1), 1)  # rows this run reads
+        self.started, self.rows, self.done, self.already = clock(), 0, 0, already
+
+    def chunk_done(self, index: int, rows: int) -> None:
+        self.rows += rows
+        self.done += 1
+        elapsed = max(self.clock() - self.started, 1e-9)
+        rate = self.rows / elapsed
+        todo = self.chunks - self.already
+        share = min(1.0, max(self.done / todo, self.rows / self.estimate))
+        left = (elapsed / share - elapsed) if share < 1 else 0.0
+        bar = "#" * int((self.already + share * todo) / self.chunks * 30)
+        print(f"{self.name}: [{bar:<30}] chunk {self.already + self.done}/{self.chunks}, {self.rows:,} rows, "
+              f"{rate:,.0f} rows/s, about {left:.0f}s left", file=self.out or sys.stdout, flush=True)
