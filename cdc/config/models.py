@@ -168,7 +168,9 @@ class Partitioning(Frozen):
 
 
 class TableOptions(Frozen):
-    on_error: Literal["fail"] = "fail"
+    # A record that cannot be decoded or applied: set aside in <target>__cdc_dead_letters
+    # and the job goes on (dlq), or the job stops with nothing of the batch committed (fail).
+    on_error: Literal["dlq", "fail"] = "dlq"
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # How long a deleted key is remembered (by source commit time), so that a late or

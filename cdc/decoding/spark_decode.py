@@ -3,7 +3,7 @@
 Input: the Kafka source's columns (key, value, topic, partition, offset). Output: one row
 per record with the key columns, the data columns in target types, and
 `_op` (c/u/d/r/t, or `tombstone` for a null value), `_position`, `_txid`, `_source_ts`,
-`_partition`, `_offset`, and `_error` (null, or why the record is bad).
+`_partition`, `_offset`, and `_error` with `_error_class` (null, or why the record is bad).
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from cdc.sources.types import TOASTABLE_KINDS, Column, toastable
 OPS = tuple(op.value for op in Operation)
 # With partial JSON results off (see jobs/session.py), a value that does not parse into its
 # column's type voids the whole payload instead of becoming a silent null.
-NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope of this table, or a value does not fit its column type"
+NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope"
+VALUE_DOES_NOT_FIT = "a value of the envelope does not fit its column type"
 
 
 def _struct_ddl(columns: tuple[Column, ...]) -> str:
@@ -48,6 +49,9 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
         F.from_json(F.col("value").cast("string"), value_schema(columns)).getField("payload").alias("_v"),
         F.col("value").isNull().alias("_null_value"),
+        # The same record read loosely: an envelope whose values do not fit still has an op.
+        F.from_json(F.col("value").cast("string"), "STRUCT<payload: STRUCT<op: STRING>>")
+        .getField("payload").getField("op").alias("_loose_op"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
     )
     op = F.when(F.col("_null_value"), F.lit(TOMBSTONE)).otherwise(F.col("_v.op"))
@@ -68,20 +72,34 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
              row.getField(c.name)).alias(c.name) for c in columns]
     flags = [unavailable[name].alias(f"_unavailable_{i}") for name, i in toast.items()]
     key_missing = reduce(lambda a, b: a | b, [F.col("_k").getField(k).isNull() for k in key], F.col("_k").isNull())
-    error = (
-        F.when(~F.col("_null_value") & F.col("_v").isNull(), F.lit(NOT_AN_ENVELOPE))
-        .when(F.col("_op").isNull() | ~F.col("_op").isin(*OPS, TOMBSTONE),
-              F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null"))))
-        .when((F.col("_op") != "t") & key_missing, F.lit("record has no key"))
-        .when((F.col("_op") != TOMBSTONE) & F.col("_position").isNull(), F.lit("record has no source position"))
-        .when(F.col("_op").isin("c", "u", "r") & F.col("_v.after").isNull(), F.lit("change has no 'after' row"))
-    )
+    upsert = F.col("_op").isin("c", "u", "r")
+    # A required target column without a value (TOASTed placeholders excepted: they keep the stored one).
+    required = [c.name for c in columns if not c.nullable and c.name not in key]
+    missing = [F.when(row.getField(n).isNull(), F.lit(n)) for n in required]
+    missing_required = F.concat_ws(", ", *missing) if missing else F.lit("")
+    checks = [
+        (~F.col("_null_value") & F.col("_v").isNull() & F.col("_loose_op").isNotNull(),
+         "value-does-not-fit", F.lit(VALUE_DOES_NOT_FIT)),
+        (~F.col("_null_value") & F.col("_v").isNull(), "not-an-envelope", F.lit(NOT_AN_ENVELOPE)),
+        (F.col("_op").isNull() | ~F.col("_op").isin(*OPS, TOMBSTONE), "unknown-op",
+         F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null")))),
+        ((F.col("_op") != "t") & key_missing, "missing-key", F.lit("record has no key")),
+        ((F.col("_op") != TOMBSTONE) & F.col("_position").isNull(), "no-position",
+         F.lit("record has no source position")),
+        (upsert & F.col("_v.after").isNull(), "no-after-row", F.lit("change has no 'after' row")),
+        (upsert & (missing_required != ""), "value-does-not-fit",
+         F.concat(F.lit("no value for required column(s) "), missing_required)),
+    ]
+    error, error_class = F.lit(None).cast("string"), F.lit(None).cast("string")
+    for cond, cls, message in reversed(checks):  # the first check that holds names the error
+        error = F.when(cond, message).otherwise(error)
+        error_class = F.when(cond, F.lit(cls)).otherwise(error_class)
     out = df.select(
         *data, *flags,
         F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
-        error.alias("_error"),
+        error.alias("_error"), error_class.alias("_error_class"),
     )
     # Wire values into target types (dates, timestamps, bytes).
     return out.select(*[F.expr(by_name[c].convert(q(c))).alias(c) if c in by_name else F.col(q(c))

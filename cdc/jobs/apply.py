@@ -16,6 +16,7 @@ from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding.spark_decode import decode
 from cdc.errors import ApplyError
+from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
                                 truncate_sql)
@@ -62,12 +63,18 @@ class TableApplier:
     skip_committed: bool = True  # False for a replay: re-apply what the table already holds
     topic_id: str | None = None  # recorded with the offsets: a recreated topic is told apart
     held: str | None = None  # Spark SQL: a change the table's bootstrap rows already hold (dropped)
+    on_error: str = "dlq"  # a bad record goes to the dead-letter table (dlq) or stops the job (fail)
+    dead_letters_ref: str | None = None
 
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
         by_name = {c.name: c for c in self.columns}
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key]))
         spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
+        if self.on_error == "dlq":
+            if not self.dead_letters_ref:
+                raise ValueError(f"table {self.name}: on_error dlq needs a dead-letter table")
+            spark.sql(dead_letters.table_sql(self.dead_letters_ref))
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -86,9 +93,33 @@ class TableApplier:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = events.persist()
         try:
-            self._apply(spark, table, events, summary, committed, self._planned_end(batch_id), batch_id)
+            self._apply(spark, table, batch, events, summary, committed, self._planned_end(batch_id), batch_id)
         finally:
             events.unpersist()
+
+    def _dead_letters(self, spark, batch: DataFrame, events: DataFrame, total: int, batch_id: int) -> None:
+        """Bad records stop the job (`fail`) or go, raw, to the dead-letter table (`dlq`),
+        before the batch's commit: a re-run batch finds them there and adds none twice."""
+        bad = events.where(F.col("_error").isNotNull())
+        if self.on_error == "fail":
+            first = bad.select("_partition", "_offset", "_error").orderBy("_partition", "_offset").first()
+            raise ApplyError(
+                f"table {self.name}: {total} record(s) of topic {self.topic} cannot be applied; first at "
+                f"partition {first['_partition']} offset {first['_offset']}: {first['_error']}",
+                hint="nothing of this batch was committed; fix the producer or the registration and rerun, "
+                     "or set options.on_error: dlq to set bad records aside")
+        letters = bad.select("_partition", "_offset", "_error", "_error_class").join(
+            batch.select(F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), "key", "value"),
+            ["_partition", "_offset"]).select(
+            F.lit(self.topic).alias("topic"), F.col("_partition").alias("partition"),
+            F.col("_offset").alias("offset"), "key", "value", F.col("_error_class").alias("error_class"),
+            F.col("_error").alias("error_message"), F.current_timestamp().alias("failed_at"),
+            F.lit(batch_id).cast("bigint").alias("batch_id"), F.lit(self.job).alias("job"))
+        view = f"cdc_dead_{self.name.replace('.', '__')}"
+        letters.createOrReplaceTempView(view)
+        run_with_conflict_retries(lambda: spark.sql(dead_letters.record_sql(self.dead_letters_ref, view)))
+        print(f"{self.name}: {total} bad record(s) of batch {batch_id} set aside in "
+              f"{self.dead_letters_ref}", file=sys.stderr)
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:
         """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""
@@ -96,8 +127,8 @@ class TableApplier:
             return {}
         return (batch_end_offsets(self.checkpoint, batch_id) or {}).get(self.topic, {})
 
-    def _apply(self, spark, table, events: DataFrame, summary: dict | None, committed: dict[int, int],
-               planned_end: dict[int, int], batch_id: int) -> None:
+    def _apply(self, spark, table, batch: DataFrame, events: DataFrame, summary: dict | None,
+               committed: dict[int, int], planned_end: dict[int, int], batch_id: int) -> None:
         stats = events.groupBy("_partition").agg(
             F.min("_offset").alias("first"), F.max("_offset").alias("last"),
             F.max("_position").alias("position"),
@@ -115,12 +146,8 @@ class TableApplier:
                     self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary, self.topic_id))
             return
         if any(s.errors for s in stats):
-            bad = events.where(F.col("_error").isNotNull()).select("_partition", "_offset", "_error").first()
-            total = sum(s.errors for s in stats)
-            raise ApplyError(
-                f"table {self.name}: {total} record(s) of topic {self.topic} cannot be applied; first at "
-                f"partition {bad['_partition']} offset {bad['_offset']}: {bad['_error']}",
-                hint="nothing of this batch was committed; fix the producer or the registration and rerun")
+            self._dead_letters(spark, batch, events, sum(s.errors for s in stats), batch_id)
+            events = events.where(F.col("_error").isNull())
         ranges = [commits.PartitionRange(s["_partition"], s.first, s.last) for s in stats]
         positions = [s.position for s in stats if s.position]
         ts = [s.source_ts_ms for s in stats if s.source_ts_ms is not None]

@@ -21,6 +21,7 @@ from cdc.control.replay import window as replay_window
 from cdc.errors import ApplyError, CdcError, DependencyError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
+from cdc.planning.dead_letters import dead_letters_ref
 from cdc.planning.merge import deletes_ref, table_ref
 from cdc.register.topics import existing_topics, topic_id, watermarks
 from cdc.sinks import iceberg_spark
@@ -87,7 +88,8 @@ def _query(spark, settings: Settings, reg: TableRegistration, target: Target, ch
         reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
     applier = TableApplier(reg.name, target.ref, target.topic, target.columns, target.key,
                            job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
-                           topic_id=target.topic_id, held=target.held,
+                           topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
+                           dead_letters_ref=dead_letters_ref(settings.catalog.name, reg.target),
                            deletes_ref=deletes_ref(settings.catalog.name, reg.target),
                            delete_horizon_hours=reg.options.delete_horizon_hours).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)

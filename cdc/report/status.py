@@ -10,12 +10,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from cdc.bootstrap.plan import PROPERTY, Bootstrap
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
+from cdc.planning import dead_letters
 from cdc.register.topics import watermarks
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import PROP_TOPIC
-
-DEAD_LETTERS_SUFFIX = "__cdc_dead_letters"
-
 
 def _last_committed(table) -> dict | None:
     """The newest summary with cdc offsets in the current snapshot's ancestry."""
@@ -45,7 +43,7 @@ def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
     ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()} if topic else {}
     snap = table.current_snapshot()
     try:
-        dead = catalog.load_table(reg.target + DEAD_LETTERS_SUFFIX).scan().count()
+        dead = catalog.load_table(reg.target + dead_letters.SUFFIX).scan().count()
     except NoSuchTableError:
         dead = 0
     return {

@@ -241,7 +241,7 @@ def test_undecodable_record_stops_the_job_and_commits_nothing(env, capsys):
 
     s = env.schema
     env.sql(f'CREATE TABLE "{s}".fragile (id int PRIMARY KEY, v text)')
-    name = env.register_table("fragile")
+    name = env.register_table("fragile", options={"on_error": "fail"})
     assert env.cdc("register", "--table", name) == 0
     txid = env.transaction(f'INSERT INTO "{s}".fragile VALUES (1, \'ok\')')
     env.replicate("fragile", txid)
@@ -257,3 +257,42 @@ def test_undecodable_record_stops_the_job_and_commits_nothing(env, capsys):
     assert f"partition 0 offset {committed[0]}: value is not a Debezium JSON envelope" in err
     table = env.catalog.load_table(f"{s}.fragile")
     assert parse_offsets(table.current_snapshot().summary.additional_properties)[topic] == committed
+
+
+def test_bad_records_are_set_aside_and_every_valid_change_applies(env):
+    """Garbage bytes, a wrong-shaped envelope and a value that overflows its column,
+    produced straight into the topic between real changes (the default on_error: dlq)."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from cdc.config import load_tables
+    from cdc.report.status import status
+    from tests.conftest import end_offset
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".lettered (id int PRIMARY KEY, v text, n numeric(10,2))')
+    name = env.register_table("lettered")
+    assert env.cdc("register", "--table", name) == 0
+    env.wait_captured(env.transaction(f'INSERT INTO "{s}".lettered SELECT g, \'v\' || g, g FROM generate_series(1, 20) g'))
+    topic = f"{env.source}.{s}.lettered"
+    first = end_offset(env, topic)
+    key = b'{"schema": {}, "payload": {"id": 7}}'
+    bad = [b"\x00\x01 not an envelope",
+           json.dumps({"schema": {}, "payload": {"op": "u", "source": {"lsn": 1}}}).encode(),
+           json.dumps({"schema": {}, "payload": {"op": "u", "after": {"id": 7, "v": "x", "n": 123456789012.5},
+                                                 "source": {"lsn": 1, "txId": 1}}}).encode()]
+    producer = Producer({"bootstrap.servers": env.settings.kafka_bootstrap})
+    for value in bad:
+        producer.produce(topic, key=key, value=value)
+    producer.flush(30)
+    env.replicate("lettered", env.transaction(f'UPDATE "{s}".lettered SET v = \'after\' WHERE id <= 10',
+                                              f'DELETE FROM "{s}".lettered WHERE id = 20'))
+    assert_equal(env.dsn, s, "lettered", env.catalog, f"{s}.lettered", ("id",))
+    dead = env.catalog.load_table(f"{s}.lettered__cdc_dead_letters").scan().to_arrow().to_pylist()
+    assert sorted((d["offset"], d["error_class"], d["value"]) for d in dead) == [
+        (first, "not-an-envelope", bad[0]), (first + 1, "no-after-row", bad[1]),
+        (first + 2, "value-does-not-fit", bad[2])]
+    assert all(d["key"] == key and d["topic"] == topic and d["error_message"] for d in dead)
+    (row,) = status(env.settings, load_tables(env.settings, name))
+    assert row["dead_letters"] == 3 and row["lag"] == 0

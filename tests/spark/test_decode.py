@@ -8,7 +8,7 @@ from decimal import Decimal
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from cdc.decoding import envelope
-from cdc.decoding.spark_decode import NOT_AN_ENVELOPE, TOMBSTONE, decode
+from cdc.decoding.spark_decode import NOT_AN_ENVELOPE, TOMBSTONE, VALUE_DOES_NOT_FIT, decode
 from cdc.sources.types import Column
 from tests.events import Topic
 
@@ -69,4 +69,19 @@ def test_bad_records_are_flagged_not_dropped(spark):
               .orderBy("_offset").collect()]
     errors += [r["_error"] for r in decode(spark.createDataFrame(t2.take(), KAFKA), (cols[0], n), ("id",)).collect()]
     assert errors == [NOT_AN_ENVELOPE, "record has no key", "record has no source position", "unknown op null",
-                      NOT_AN_ENVELOPE]
+                      VALUE_DOES_NOT_FIT]
+
+
+def test_error_classes_tell_garbage_from_values_that_do_not_fit(spark):
+    cols = (Column("id", "int", nullable=False), Column("i", "int"), Column("r", "string", nullable=False))
+    key = json.dumps({"schema": {}, "payload": {"id": 1}}).encode()
+    t = Topic()
+    for after in ({"id": 1, "i": 3_000_000_000, "r": "x"}, {"id": 1, "i": "abc", "r": "x"},
+                  {"id": 1, "i": 1, "r": None}, {"id": 1, "i": 1, "r": "ok"}):
+        t.raw(key, json.dumps({"schema": {}, "payload": {"op": "c", "after": after, "source": {"lsn": 5}}}).encode())
+    t.raw(key, b"\x00\x01")
+    rows = decode(spark.createDataFrame(t.take(), KAFKA), cols, ("id",)).orderBy("_offset").collect()
+    assert [(r["_error_class"], r["_error"]) for r in rows] == [
+        ("value-does-not-fit", VALUE_DOES_NOT_FIT), ("value-does-not-fit", VALUE_DOES_NOT_FIT),
+        ("value-does-not-fit", "no value for required column(s) r"), (None, None),
+        ("not-an-envelope", NOT_AN_ENVELOPE)]

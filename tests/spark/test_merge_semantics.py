@@ -11,6 +11,7 @@ from cdc.config.models import TableRegistration
 from cdc.control.commits import parse_offsets
 from cdc.errors import ApplyError
 from cdc.jobs.apply import TableApplier
+from cdc.planning.dead_letters import dead_letters_ref
 from cdc.planning.merge import deletes_ref, table_ref
 from cdc.planning.position import source_part
 from cdc.sinks.iceberg import ensure_table
@@ -24,14 +25,15 @@ COLUMNS = (Column("id", "int", nullable=False), Column("v", "string"), Column("n
 
 
 class Harness:
-    def __init__(self, spark, catalog, name, horizon_hours=168):
+    def __init__(self, spark, catalog, name, horizon_hours=168, on_error="dlq"):
         self.spark, self.catalog = spark, catalog
         reg = TableRegistration(name=f"ns.{name}", source={"name": "src", "schema": "public", "table": name})
         self.topic = Topic(name=f"src.public.{name}")
         ensure_table(catalog, reg, COLUMNS, ("id",), self.topic.name)
         self.applier = TableApplier(reg.name, table_ref("scratch", reg.target), self.topic.name, COLUMNS, ("id",),
                                     job="test", deletes_ref=deletes_ref("scratch", reg.target),
-                                    delete_horizon_hours=horizon_hours).prepare(spark)
+                                    delete_horizon_hours=horizon_hours, on_error=on_error,
+                                    dead_letters_ref=dead_letters_ref("scratch", reg.target)).prepare(spark)
         self.ident = reg.target
         self.batch_id = 0
 
@@ -200,16 +202,24 @@ def test_truncate_keeps_only_later_rows(h):
     assert h.values() == {3: "after truncate"}
 
 
-def test_bad_record_fails_the_batch_and_commits_nothing(h):
+@pytest.fixture
+def strict(scratch, table_name):
+    spark, catalog = scratch
+    return Harness(spark, catalog, table_name, on_error="fail")
+
+
+def test_bad_record_fails_the_batch_and_commits_nothing(strict):
+    h = strict
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.topic.raw(json.dumps({"schema": {}, "payload": {"id": 2}}).encode(), b"\x00not json")
     snaps = len(h.snapshots())
-    with pytest.raises(ApplyError, match=r"partition 0 offset 1: value is not a Debezium JSON envelope"):
+    with pytest.raises(ApplyError, match=r"(?s)partition 0 offset 1: value is not a Debezium JSON envelope.*on_error: dlq"):
         h.apply()
     assert len(h.snapshots()) == snaps and h.values() == {}
 
 
-def test_unknown_op_fails_the_batch(h):
+def test_unknown_op_fails_the_batch(strict):
+    h = strict
     rec = h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     bad = rec[1].replace(b'"op": "c"', b'"op": "x"')
     with pytest.raises(ApplyError, match="unknown op x"):
@@ -276,3 +286,31 @@ def test_toast_placeholder_takes_the_newest_real_value_of_its_batch(h):
     h.topic.change("u", {"id": 1, "v": UNAVAILABLE, "n": 4}, 400, 410)
     h.apply()
     assert (h.rows()[1]["v"], h.rows()[1]["n"]) == ("new", 4)
+
+
+def test_bad_records_go_to_the_dead_letter_table_and_the_rest_applies(h):
+    """Garbage bytes, a wrong-shaped envelope, a value that overflows its column and a
+    required column without a value, between valid changes: each dead letter keeps its
+    offset, raw bytes and error; the valid ones apply; offsets cover all; a re-run batch
+    adds no dead letter twice."""
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    garbage = h.topic.raw(json.dumps({"schema": {}, "payload": {"id": 2}}).encode(), b"\x00\xffgarbage")
+    h.topic.raw(json.dumps({"schema": {}, "payload": {"id": 3}}).encode(),
+                json.dumps({"payload": {"op": "c", "source": {"lsn": 5}}}).encode())  # no 'after' row
+    over = h.topic.change("c", {"id": 4, "v": "x", "n": 1}, 120, 130)
+    h.topic.records[-1] = (over[0], over[1].replace(b'"n": 1', b'"n": 123456789012'), *over[2:])
+    h.topic.change("u", {"id": 1, "v": "b", "n": 2}, 140, 150)
+    h.topic.change("c", {"id": 5, "v": "c", "n": 3}, 160, 170)
+    records = h.apply()
+    assert h.values() == {1: "b", 5: "c"}
+    assert parse_offsets(h.snapshots()[-1].summary.additional_properties) == {h.topic.name: {0: 6}}
+    dead = h.catalog.load_table(h.ident + "__cdc_dead_letters").scan().to_arrow().to_pylist()
+    assert [(d["offset"], d["error_class"]) for d in sorted(dead, key=lambda d: d["offset"])] == [
+        (1, "not-an-envelope"), (2, "no-after-row"), (3, "value-does-not-fit")]
+    first = min(dead, key=lambda d: d["offset"])
+    assert first["value"] == garbage[1] and first["key"] == garbage[0] and first["topic"] == h.topic.name
+    assert all(d["error_message"] and d["failed_at"] and d["batch_id"] == 0 for d in dead)
+    h.batch_id = 0
+    h.apply(records)  # the same batch again (a crash before the checkpoint's commit)
+    assert len(h.catalog.load_table(h.ident + "__cdc_dead_letters").scan().to_arrow()) == 3
+    assert h.values() == {1: "b", 5: "c"}
