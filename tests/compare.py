@@ -3,7 +3,9 @@ pyiceberg (the second reader), every column."""
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
+import re
 import uuid
 from decimal import Decimal
 
@@ -13,6 +15,14 @@ METADATA_PREFIX = "_cdc_"
 
 
 def _norm(v):
+    if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Interface, ipaddress.IPv6Interface,
+                      ipaddress.IPv4Network, ipaddress.IPv6Network)):
+        return str(v)
+    if isinstance(v, dt.time):  # the target keeps times as text, UTC for timetz
+        if v.tzinfo is not None:
+            utc = dt.datetime.combine(dt.date(1970, 1, 1), v).astimezone(dt.timezone.utc).time()
+            return utc.isoformat(timespec="microseconds") + "Z"
+        return v.isoformat(timespec="microseconds")
     if isinstance(v, memoryview):
         return bytes(v)
     if isinstance(v, uuid.UUID):
@@ -27,17 +37,49 @@ def _norm(v):
 
 
 def _norm_target(v, source_value):
-    """Target values in the source's terms: JSON text parsed, floats compared as float32
-    where the source is real."""
+    """Target values in the source's terms: JSON text parsed, ISO durations as the source's
+    (months|days|µs), floats compared as float32 where the source is real."""
     if isinstance(source_value, (dict, list)) and isinstance(v, str):
         return json.dumps(json.loads(v), sort_keys=True)
+    if isinstance(source_value, str) and source_value.startswith(INTERVAL_MARK) and isinstance(v, str):
+        return _iso_duration(v)
     return _norm(v)
+
+
+INTERVAL_MARK = "interval:"
+_DURATION = re.compile(r"^P(-?\d+)Y(-?\d+)M(-?\d+)DT(-?\d+)H(-?\d+)M(-?[\d.]+)S$")
+
+
+def _iso_duration(text: str) -> str:
+    """Debezium's ISO-8601 duration as `interval:months|days|µs`."""
+    y, mo, d, h, mi, sec = _DURATION.match(text).groups()
+    micros = (int(h) * 3600 + int(mi) * 60) * 1_000_000 + int(Decimal(sec) * 1_000_000)
+    return f"{INTERVAL_MARK}{int(y) * 12 + int(mo)}|{int(d)}|{micros}"
+
+
+def _select(conn, schema: str, table: str) -> str:
+    """SELECT of every column, money as numeric and intervals as `interval:months|days|µs`."""
+    cols = conn.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
+                        "AND table_name = %s ORDER BY ordinal_position", (schema, table)).fetchall()
+    out = []
+    for name, typ in cols:
+        c = '"' + name.replace('"', '""') + '"'
+        if typ == "money":
+            out.append(f"{c}::numeric AS {c}")
+        elif typ == "interval":
+            out.append(f"'{INTERVAL_MARK}' || ((EXTRACT(YEAR FROM {c}) * 12 + EXTRACT(MONTH FROM {c}))::int) || '|' || "
+                       f"EXTRACT(DAY FROM {c})::int || '|' || (EXTRACT(HOUR FROM {c}) * 3600000000 + "
+                       f"EXTRACT(MINUTE FROM {c}) * 60000000 + EXTRACT(SECOND FROM {c}) * 1000000)::bigint AS {c}")
+        else:
+            out.append(c)
+    return ", ".join(out)
 
 
 def source_rows(dsn: str, schema: str, table: str, key: tuple[str, ...]) -> dict[tuple, dict]:
     with psycopg.connect(dsn) as conn:
-        cur = conn.execute(psycopg.sql.SQL("SELECT * FROM {}.{}").format(
-            psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)))
+        cur = conn.execute(psycopg.sql.SQL("SELECT {} FROM {}.{}").format(
+            psycopg.sql.SQL(_select(conn, schema, table)), psycopg.sql.Identifier(schema),
+            psycopg.sql.Identifier(table)))
         names = [d.name for d in cur.description]
         rows = [dict(zip(names, r)) for r in cur.fetchall()]
     return {tuple(r[k] for k in key): r for r in rows}

@@ -43,7 +43,7 @@ def read_chunk(spark, settings: Settings, reg: TableRegistration, columns: tuple
     when the first key column is an integer, else `partitions` reads split on a hash of the key."""
     opts = reader_options(settings, reg, snapshot_name)
     url = opts.pop("url")
-    select = ", ".join(postgres.ident(c.name) for c in columns)
+    select = ", ".join(f"{c.jdbc_select(postgres.ident(c.name))} AS {postgres.ident(c.name)}" for c in columns)
     if key_column:
         query = (f"(SELECT {select} FROM {postgres.qualified(reg)} "
                  f"WHERE {chunk.where_sql(key_column, quote=postgres.ident)}) AS cdc_chunk")
@@ -56,9 +56,20 @@ def read_chunk(spark, settings: Settings, reg: TableRegistration, columns: tuple
 
 
 def as_target_rows(df: DataFrame, columns: tuple[Column, ...], taken_at) -> DataFrame:
-    """Source rows in the target's types, with the metadata of a snapshot read."""
-    return df.select(
-        *[F.col(q(c.name)).cast(c.spark_type).alias(c.name) for c in columns],
+    """Source rows (in Debezium's wire form) in the target's types, with the metadata of a
+    snapshot read. A value without an exact target value fails the bootstrap, naming it."""
+    wire = df.select(*[F.col(q(c.name)).cast(c.wire_type).alias(c.name) for c in columns])
+
+    def value(c: Column):
+        converted = F.expr(c.convert(q(c.name)))
+        if c.does_not_fit("x"):
+            converted = F.when(F.expr(c.does_not_fit(q(c.name))), F.raise_error(F.concat(
+                F.lit(f"bootstrap: a value of column {c.name} does not fit its type {c.spark_type}: "),
+                F.col(q(c.name))))).otherwise(converted)
+        return converted.alias(c.name)
+
+    return wire.select(
+        *[value(c) for c in columns],
         F.lit("r").alias("_cdc_op"),
         F.lit(ROW_POSITION).alias("_cdc_position"),
         F.lit(taken_at).cast("timestamp").alias("_cdc_source_ts"),

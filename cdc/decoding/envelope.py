@@ -67,10 +67,32 @@ def payload_of(message: bytes | str | None) -> dict | None:
     return doc
 
 
+def is_non_data(body: dict) -> bool:
+    """A heartbeat, a transaction marker or a schema change: recognised and ignored."""
+    if body.get(OP) is not None:
+        return False
+    return (body.get("status") in ("BEGIN", "END") and body.get("id") is not None
+            or body.get("ddl") is not None or body.get("tableChanges") is not None
+            or set(body) == {TS_MS})
+
+
 def decode(key: bytes | str | None, value: bytes | str | None, partition: int, offset: int,
-           key_columns: tuple[str, ...]) -> ChangeEvent:
-    """Decode one record of a table topic, or raise DecodeError."""
+           key_columns: tuple[str, ...]) -> ChangeEvent | None:
+    """Decode one record of a table topic (None for a non-data message), or raise DecodeError.
+    Whatever the bytes, nothing else is raised."""
+    try:
+        return _decode(key, value, partition, offset, key_columns)
+    except DecodeError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as e:
+        raise DecodeError(f"record at partition {partition} offset {offset} is a malformed envelope: "
+                          f"{type(e).__name__}: {str(e)[:200]}") from None
+
+
+def _decode(key, value, partition: int, offset: int, key_columns: tuple[str, ...]) -> ChangeEvent | None:
     body = payload_of(value)
+    if body is not None and is_non_data(body):
+        return None
     op = Operation.of(body.get(OP)) if body is not None else None
     source = (body or {}).get(SOURCE) or {}
     position = postgres_position(source, op.value, partition, offset) if op else None
@@ -93,13 +115,15 @@ def decode(key: bytes | str | None, value: bytes | str | None, partition: int, o
     return ChangeEvent(key_values, op, row, position, source.get("ts_ms"), partition, offset)
 
 
-def last_per_key(events: list[ChangeEvent]) -> dict[tuple, ChangeEvent]:
+def last_per_key(events: list[ChangeEvent | None]) -> dict[tuple, ChangeEvent]:
     """Rules 3 and 5 for one batch: the last change per key by position; a tombstone wins
     only over changes that precede it in its partition (it follows a delete, so nothing
     newer than it can have a lower offset)."""
     winners: dict[tuple, ChangeEvent] = {}
     tombstones: dict[tuple, ChangeEvent] = {}
     for e in events:
+        if e is None:  # a non-data message
+            continue
         k = tuple(sorted(e.key.items()))
         if e.is_tombstone:
             if k not in tombstones or e.offset > tombstones[k].offset:

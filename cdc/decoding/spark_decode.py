@@ -22,6 +22,7 @@ OPS = tuple(op.value for op in Operation)
 # column's type voids the whole payload instead of becoming a silent null.
 NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope"
 VALUE_DOES_NOT_FIT = "a value of the envelope does not fit its column type"
+NON_DATA = "non-data"  # `_op` of a heartbeat, transaction marker or schema change: ignored
 
 
 def _struct_ddl(columns: tuple[Column, ...]) -> str:
@@ -49,12 +50,19 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
         F.from_json(F.col("value").cast("string"), value_schema(columns)).getField("payload").alias("_v"),
         F.col("value").isNull().alias("_null_value"),
-        # The same record read loosely: an envelope whose values do not fit still has an op.
-        F.from_json(F.col("value").cast("string"), "STRUCT<payload: STRUCT<op: STRING>>")
-        .getField("payload").getField("op").alias("_loose_op"),
+        # The same record read loosely, every field as text: an envelope whose values do not
+        # fit still has an op; heartbeats, transaction markers and schema changes have none.
+        F.from_json(F.col("value").cast("string"), "STRUCT<payload: MAP<STRING, STRING>>")
+        .getField("payload").alias("_loose"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
     )
-    op = F.when(F.col("_null_value"), F.lit(TOMBSTONE)).otherwise(F.col("_v.op"))
+    loose = F.col("_loose")
+    non_data = loose.getItem("op").isNull() & (
+        (loose.getItem("status").isin("BEGIN", "END") & loose.getItem("id").isNotNull())  # transaction metadata
+        | loose.getItem("ddl").isNotNull() | loose.getItem("tableChanges").isNotNull()  # schema change
+        | (F.size(F.map_keys(loose)) == 1) & loose.getItem("ts_ms").isNotNull())  # heartbeat
+    op = (F.when(F.col("_null_value"), F.lit(TOMBSTONE)).when(F.coalesce(non_data, F.lit(False)), F.lit(NON_DATA))
+          .otherwise(F.col("_v.op")))
     df = df.withColumn("_op", op).withColumn(
         "_seq", F.from_json(F.col("_v.source.sequence"), "ARRAY<STRING>"))
     commit_lsn = F.coalesce(F.expr("try_cast(try_element_at(_seq, 1) AS BIGINT)"), F.lit(0))
@@ -78,9 +86,12 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
     missing = [F.when(row.getField(n).isNull(), F.lit(n)) for n in required]
     missing_required = F.concat_ws(", ", *missing) if missing else F.lit("")
     checks = [
-        (~F.col("_null_value") & F.col("_v").isNull() & F.col("_loose_op").isNotNull(),
+        (~F.col("_null_value") & F.col("_v").isNull() & loose.getItem("op").isNotNull(),
          "value-does-not-fit", F.lit(VALUE_DOES_NOT_FIT)),
-        (~F.col("_null_value") & F.col("_v").isNull(), "not-an-envelope", F.lit(NOT_AN_ENVELOPE)),
+        (~F.col("_null_value") & F.col("_v").isNull() & (F.coalesce(F.col("_op"), F.lit("")) != NON_DATA),
+         "not-an-envelope",
+         F.lit(NOT_AN_ENVELOPE)),
+        (F.col("_op") == NON_DATA, None, None),  # recognised, and ignored
         (F.col("_op").isNull() | ~F.col("_op").isin(*OPS, TOMBSTONE), "unknown-op",
          F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null")))),
         ((F.col("_op") != "t") & key_missing, "missing-key", F.lit("record has no key")),
@@ -92,8 +103,8 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
     ]
     error, error_class = F.lit(None).cast("string"), F.lit(None).cast("string")
     for cond, cls, message in reversed(checks):  # the first check that holds names the error
-        error = F.when(cond, message).otherwise(error)
-        error_class = F.when(cond, F.lit(cls)).otherwise(error_class)
+        error = F.when(cond, message if message is not None else F.lit(None).cast("string")).otherwise(error)
+        error_class = F.when(cond, F.lit(cls).cast("string")).otherwise(error_class)
     out = df.select(
         *data, *flags,
         F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
@@ -101,6 +112,15 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
         F.col("_partition"), F.col("_offset"),
         error.alias("_error"), error_class.alias("_error_class"),
     )
-    # Wire values into target types (dates, timestamps, bytes).
+    # Wire values into target types (dates, timestamps, bytes); a changed row with a value
+    # that has no exact target value (a decimal NaN, overflow or extra digits) is bad.
+    lost = [F.when(F.expr(c.does_not_fit(q(c.name))), F.lit(c.name)) for c in columns if c.does_not_fit("x")]
+    if lost:
+        names = F.concat_ws(", ", *lost)
+        bad = F.col("_error").isNull() & F.col("_op").isin("c", "u", "r") & (names != "")
+        out = out.withColumn("_error_class", F.when(bad, F.lit("value-does-not-fit")).otherwise(F.col("_error_class")))
+        out = out.withColumn("_error", F.when(bad, F.concat(F.lit("value of column(s) "), names,
+                                                            F.lit(" does not fit the column's type")))
+                             .otherwise(F.col("_error")))
     return out.select(*[F.expr(by_name[c].convert(q(c))).alias(c) if c in by_name else F.col(q(c))
                         for c in out.columns])

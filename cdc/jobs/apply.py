@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from cdc.control import commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
-from cdc.decoding.spark_decode import decode
+from cdc.decoding.spark_decode import NON_DATA, decode
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
@@ -167,7 +167,8 @@ class TableApplier:
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
         toast = tuple(c.name for c in toastable(self.columns, self.key))
-        changes = last_per_key(events.where(F.col("_op") != "t"), self.key, tuple(c.name for c in self.columns), toast)
+        changes = last_per_key(events.where(~F.col("_op").isin("t", NON_DATA)), self.key,
+                               tuple(c.name for c in self.columns), toast)
         remembered = spark.table(self.deletes_ref).select(
             *[F.col(q(k)).alias(f"_deleted_{i}") for i, k in enumerate(self.key)],
             F.col("_cdc_position").alias("_deleted_position"))

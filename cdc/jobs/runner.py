@@ -151,7 +151,8 @@ def retriable(exc: BaseException) -> bool:
     if isinstance(exc, CdcError):
         return False
     text = str(exc)
-    return "cdc.errors." not in text and "KAFKA_DATA_LOSS" not in text
+    # SQLSTATE class 22 is a data exception (a value Spark cannot convert): a verdict, not an outage.
+    return "cdc.errors." not in text and "KAFKA_DATA_LOSS" not in text and "SQLSTATE: 22" not in text
 
 
 def _input_rows(progress) -> int:

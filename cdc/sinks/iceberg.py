@@ -9,7 +9,7 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FloatType, IntegerType,
-                             LongType, NestedField, StringType, TimestampType, TimestamptzType)
+                             ListType, LongType, NestedField, StringType, TimestampType, TimestamptzType)
 
 from cdc.config.models import TableRegistration
 from cdc.errors import ConfigError
@@ -38,17 +38,25 @@ TABLE_PROPERTIES = {
 }
 
 
-def iceberg_type(col: Column):
-    return {
-        "int": IntegerType(), "long": LongType(), "float": FloatType(), "double": DoubleType(),
-        "boolean": BooleanType(), "string": StringType(), "date": DateType(),
-        "timestamp_ms": TimestampType(), "timestamp_us": TimestampType(), "timestamptz": TimestamptzType(),
-        "binary": BinaryType(),
-    }.get(col.kind) or DecimalType(col.precision, col.scale)
+SIMPLE_TYPES = {
+    "int": IntegerType(), "long": LongType(), "float": FloatType(), "double": DoubleType(),
+    "boolean": BooleanType(), "string": StringType(), "date": DateType(),
+    "timestamp_ms": TimestampType(), "timestamp_us": TimestampType(), "timestamptz": TimestamptzType(),
+    "binary": BinaryType(), "time_us": StringType(), "time_ms": StringType(), "timetz": StringType(),
+    "interval": StringType(),
+}
+
+
+def iceberg_type(col: Column, next_id=None):
+    """The Iceberg type of a column; `next_id` numbers the element field of a list."""
+    if col.kind == "array":
+        return ListType(element_id=next_id(), element_type=SIMPLE_TYPES[col.element], element_required=False)
+    return SIMPLE_TYPES.get(col.kind) or DecimalType(col.precision, col.scale)
 
 
 def build_schema(columns: tuple[Column, ...], key: tuple[str, ...]) -> Schema:
-    fields = [NestedField(i, c.name, iceberg_type(c), required=not c.nullable)
+    ids = iter(range(len(columns) + len(METADATA_COLUMNS) + 1, 1 << 30))  # list elements after the fields
+    fields = [NestedField(i, c.name, iceberg_type(c, lambda: next(ids)), required=not c.nullable)
               for i, c in enumerate(columns, start=1)]
     n = len(fields)
     fields += [NestedField(n + i, name, typ, required=False, doc=doc)

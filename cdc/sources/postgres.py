@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 import psycopg.sql
@@ -48,12 +48,13 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
     where = f"{schema}.{table} (registration {reg.name})"
     rows = conn.execute(
         "SELECT column_name, data_type, is_nullable = 'YES', numeric_precision, numeric_scale, "
-        "datetime_precision FROM information_schema.columns "
+        "datetime_precision, udt_name, (SELECT t.typtype FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+        "WHERE t.typname = c.udt_name AND n.nspname = c.udt_schema) FROM information_schema.columns c "
         "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", (schema, table)).fetchall()
     if not rows:
         raise ConfigError(f"source table {schema}.{table} does not exist in source {reg.source.name!r} "
                           f"(registration {reg.file})", hint="create the table or fix source.schema/source.table")
-    columns = tuple(postgres_column(*r, table=where) for r in rows)
+    columns = tuple(postgres_column(*r[:6], table=where, udt_name=r[6], type_kind=r[7]) for r in rows)
     names = [c.name for c in columns]
     if reg.key is not None:
         missing = [k for k in reg.key if k not in names]
@@ -79,8 +80,7 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
             raise ConfigError(f"{schema}.{table} has no primary key and {reg.file} gives no key",
                               hint="add a primary key at the source, or list the key columns under `key:`")
     # Key columns are never null in the target.
-    columns = tuple(Column(c.name, c.kind, c.nullable and c.name not in key, c.precision, c.scale, c.source_type)
-                    for c in columns)
+    columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
     return SourceTable(columns, key)
 
 

@@ -14,32 +14,71 @@ UNAVAILABLE = "__debezium_unavailable_value"
 UNAVAILABLE_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
 TOASTABLE_KINDS = {"string": UNAVAILABLE, "binary": UNAVAILABLE_BASE64}
 
+# ±infinity (documented in docs/types.md): the largest and smallest values the target keeps.
+MAX_TS, MIN_TS = "9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"
+# What Debezium sends for PostgreSQL's infinite timestamps (epoch µs; ms is /1000) and dates.
+INF_US, NEG_INF_US = 9223372036825200000, -9223372036832400000
+INF_DATE, NEG_INF_DATE = -2147472692, -2147472691
+
+
+def _timestamp(unit: int) -> str:
+    inf, neg = INF_US // unit, NEG_INF_US // unit
+    fn = "timestamp_micros" if unit == 1 else "timestamp_millis"
+    return (f"CASE WHEN {{x}} >= {inf} THEN TIMESTAMP_NTZ'{MAX_TS}' WHEN {{x}} <= {neg} THEN TIMESTAMP_NTZ'{MIN_TS}' "
+            f"ELSE CAST({fn}({{x}}) AS TIMESTAMP_NTZ) END")
+
+
 # kind -> (Spark SQL type of the target, Spark SQL type on the wire, conversion of `{x}`)
 KINDS: dict[str, tuple[str, str, str]] = {
     "int": ("INT", "INT", "{x}"),
     "long": ("BIGINT", "BIGINT", "{x}"),
-    "decimal": ("DECIMAL({p},{s})", "DECIMAL({p},{s})", "{x}"),
+    # decimal.handling.mode=string: exact text, NaN and infinities included (they do not fit).
+    "decimal": ("DECIMAL({p},{s})", "STRING", "try_cast({x} AS DECIMAL({p},{s}))"),
     "float": ("FLOAT", "FLOAT", "{x}"),
     "double": ("DOUBLE", "DOUBLE", "{x}"),
     "boolean": ("BOOLEAN", "BOOLEAN", "{x}"),
     "string": ("STRING", "STRING", "{x}"),
-    "date": ("DATE", "INT", "date_from_unix_date({x})"),
+    "date": ("DATE", "INT", f"CASE WHEN {{x}} = {INF_DATE} THEN DATE'9999-12-31' WHEN {{x}} = {NEG_INF_DATE} "
+                            f"THEN DATE'0001-01-01' ELSE date_from_unix_date({{x}}) END"),
     # Debezium sends timestamps without zone as epoch millis (precision <= 3) or micros;
     # the session runs in UTC, so the NTZ cast keeps the wall-clock value.
-    "timestamp_ms": ("TIMESTAMP_NTZ", "BIGINT", "CAST(timestamp_millis({x}) AS TIMESTAMP_NTZ)"),
-    "timestamp_us": ("TIMESTAMP_NTZ", "BIGINT", "CAST(timestamp_micros({x}) AS TIMESTAMP_NTZ)"),
-    # ZonedTimestamp: ISO-8601 text in UTC, e.g. 2024-05-01T10:00:00.123456Z
-    "timestamptz": ("TIMESTAMP", "STRING", "CAST({x} AS TIMESTAMP)"),
-    "binary": ("BINARY", "STRING", "unbase64({x})"),
+    "timestamp_ms": ("TIMESTAMP_NTZ", "BIGINT", _timestamp(1000)),
+    "timestamp_us": ("TIMESTAMP_NTZ", "BIGINT", _timestamp(1)),
+    # ZonedTimestamp: ISO-8601 text in UTC, e.g. 2024-05-01T10:00:00.123456Z, or ±infinity
+    "timestamptz": ("TIMESTAMP", "STRING", f"CASE WHEN {{x}} = 'infinity' THEN TIMESTAMP'{MAX_TS}Z' "
+                                           f"WHEN {{x}} = '-infinity' THEN TIMESTAMP'{MIN_TS}Z' "
+                                           f"ELSE try_cast({{x}} AS TIMESTAMP) END"),
+    "binary": ("BINARY", "STRING", "try_to_binary({x}, 'base64')"),
+    # time of day as text HH:MM:SS.ffffff (Spark has no time type); Debezium sends µs or ms
+    "time_us": ("STRING", "BIGINT", "date_format(timestamp_micros({x}), 'HH:mm:ss.SSSSSS')"),
+    "time_ms": ("STRING", "BIGINT", "date_format(timestamp_millis({x}), 'HH:mm:ss.SSSSSS')"),
+    # ZonedTime: text in UTC, e.g. 11:45:56.5Z; kept as HH:MM:SS.ffffffZ
+    "timetz": ("STRING", "STRING", "concat(date_format(try_to_timestamp(concat('1970-01-01 ', TRIM(TRAILING 'Z' FROM {x}))), "
+                                   "'HH:mm:ss.SSSSSS'), 'Z')"),
+    # interval.handling.mode=string: ISO-8601 duration text, e.g. P1Y2M3DT4H5M6.789S (exact)
+    "interval": ("STRING", "STRING", "{x}"),
+    "array": ("ARRAY<{e}>", "ARRAY<{e}>", "{x}"),
 }
+# Element kinds of arrays (their Spark type is the same on the wire and in the target).
+ARRAY_ELEMENTS = {"int": "INT", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE", "boolean": "BOOLEAN",
+                  "string": "STRING"}
+# Conversions that yield null for a value they cannot hold: such a value does not fit.
+MAY_NOT_FIT = ("decimal", "timetz", "timestamptz", "binary")
 
 _PG_SIMPLE = {
     "smallint": "int", "integer": "int", "bigint": "long",
     "real": "float", "double precision": "double", "boolean": "boolean",
     "text": "string", "character varying": "string", "character": "string",
-    "uuid": "string", "json": "string", "jsonb": "string",
+    "uuid": "string", "json": "string", "jsonb": "string", "inet": "string", "cidr": "string",
+    "macaddr": "string", "macaddr8": "string",
     "date": "date", "timestamp with time zone": "timestamptz", "bytea": "binary",
+    "time with time zone": "timetz", "interval": "interval",
 }
+_PG_ARRAY_ELEMENTS = {"_int2": "int", "_int4": "int", "_int8": "long", "_float4": "float", "_float8": "double",
+                      "_bool": "boolean", "_text": "string", "_varchar": "string", "_bpchar": "string",
+                      "_uuid": "string"}
+UNCONSTRAINED_NUMERIC = (38, 18)  # the target type of a numeric without precision
+MONEY = (19, 2)
 
 
 @dataclass(frozen=True)
@@ -50,17 +89,21 @@ class Column:
     precision: int | None = None
     scale: int | None = None
     source_type: str = ""
+    element: str | None = None  # arrays: the element kind
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ConfigError(f"column {self.name!r}: unknown column kind {self.kind!r}")
+        if (self.kind == "array") != (self.element in ARRAY_ELEMENTS):
+            raise ConfigError(f"column {self.name!r}: an array needs an element kind of "
+                              f"{', '.join(ARRAY_ELEMENTS)}, got {self.element!r}")
         if self.kind == "decimal" and not (isinstance(self.precision, int) and isinstance(self.scale, int)
                                            and 0 < self.precision <= 38 and 0 <= self.scale <= self.precision):
             raise ConfigError(f"column {self.name!r}: decimal needs 0 < precision <= 38 and 0 <= scale <= precision, "
                               f"got ({self.precision!r}, {self.scale!r})")
 
     def _fmt(self, template: str) -> str:
-        return template.format(p=self.precision, s=self.scale, x="{x}")
+        return template.format(p=self.precision, s=self.scale, x="{x}", e=ARRAY_ELEMENTS.get(self.element))
 
     @property
     def spark_type(self) -> str:
@@ -72,7 +115,48 @@ class Column:
 
     def convert(self, expr: str) -> str:
         """Spark SQL turning the wire value `expr` into the target value."""
-        return KINDS[self.kind][2].format(x=expr)
+        return self._fmt(KINDS[self.kind][2]).format(x=expr)
+
+    def does_not_fit(self, wire: str) -> str | None:
+        """Spark SQL, true when the wire value `wire` has no exact target value (NaN or an
+        overflowing or too precise number for a decimal): None when every value fits."""
+        if self.kind not in MAY_NOT_FIT:
+            return None
+        lost = f"({wire} IS NOT NULL AND ({self.convert(wire)}) IS NULL)"
+        if self.kind == "decimal":  # digits after the scale would be rounded away
+            lost += f" OR length(regexp_extract({wire}, '\\\\.([0-9]*?)0*$', 1)) > {self.scale}"
+        return lost
+
+    def jdbc_select(self, ident: str) -> str:
+        """PostgreSQL SQL reading this column (quoted `ident`) in its Debezium wire form, so a
+        JDBC bootstrap converts it exactly as streaming does."""
+        x = ident
+        if self.kind == "decimal":
+            return f"{x}::numeric::text"
+        if self.kind == "date":
+            return (f"CASE WHEN {x} = 'infinity' THEN {INF_DATE} WHEN {x} = '-infinity' THEN {NEG_INF_DATE} "
+                    f"ELSE {x} - DATE '1970-01-01' END")
+        if self.kind in ("timestamp_us", "timestamp_ms"):
+            unit = 1 if self.kind == "timestamp_us" else 1000
+            return (f"CASE WHEN {x} = 'infinity' THEN {INF_US // unit} WHEN {x} = '-infinity' THEN {NEG_INF_US // unit} "
+                    f"ELSE floor(EXTRACT(EPOCH FROM {x}) * {1_000_000 // unit})::bigint END")
+        if self.kind == "timestamptz":
+            return (f"CASE WHEN isfinite({x}) THEN to_char({x} AT TIME ZONE 'UTC', "
+                    f"'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE {x}::text END")
+        if self.kind == "binary":
+            return f"translate(encode({x}, 'base64'), E'\\n', '')"
+        if self.kind in ("time_us", "time_ms"):
+            unit = 1 if self.kind == "time_us" else 1000
+            return f"floor(EXTRACT(EPOCH FROM {x}) * {1_000_000 // unit})::bigint"
+        if self.kind == "timetz":
+            return f"to_char(DATE '1970-01-01' + ({x} AT TIME ZONE 'UTC')::time, 'HH24:MI:SS.US') || 'Z'"
+        if self.kind == "interval":
+            return (f"CASE WHEN {x} IS NOT NULL THEN format('P%sY%sM%sDT%sH%sM%sS', EXTRACT(YEAR FROM {x})::int, EXTRACT(MONTH FROM {x})::int, "
+                    f"EXTRACT(DAY FROM {x})::int, EXTRACT(HOUR FROM {x})::int, EXTRACT(MINUTE FROM {x})::int, "
+                    f"trim_scale(EXTRACT(SECOND FROM {x}))) END")
+        if self.kind == "string" and self.source_type != "character":
+            return f"CASE WHEN {x} IS NOT NULL THEN format('%s', {x}) END"  # uuid, json, inet, enums: their output text, as Debezium sends it
+        return x
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -84,19 +168,33 @@ def toastable(columns: tuple["Column", ...], key: tuple[str, ...]) -> tuple["Col
 
 
 def postgres_column(name: str, data_type: str, nullable: bool, numeric_precision: int | None,
-                    numeric_scale: int | None, datetime_precision: int | None, table: str) -> Column:
-    """The kind of one PostgreSQL column (information_schema terms), or a ConfigError."""
+                    numeric_scale: int | None, datetime_precision: int | None, table: str,
+                    udt_name: str = "", type_kind: str = "") -> Column:
+    """The kind of one PostgreSQL column (information_schema terms, plus pg_type's udt name
+    and typtype), or a ConfigError."""
     if name.startswith(METADATA_PREFIX):
         raise ConfigError(f"{table}: column {name!r} uses the prefix {METADATA_PREFIX!r} reserved for cdc's "
                           f"metadata columns", hint="rename the column or leave the table unregistered")
     if data_type in _PG_SIMPLE:
         return Column(name, _PG_SIMPLE[data_type], nullable, source_type=data_type)
-    if data_type == "numeric" and numeric_precision is not None and numeric_precision <= 38:
+    if data_type == "numeric" and numeric_precision is None:
+        p, s = UNCONSTRAINED_NUMERIC
+        return Column(name, "decimal", nullable, p, s, source_type=data_type)
+    if data_type == "numeric" and numeric_precision <= 38:
         return Column(name, "decimal", nullable, numeric_precision, numeric_scale or 0, source_type=data_type)
+    if data_type == "money":
+        return Column(name, "decimal", nullable, *MONEY, source_type=data_type)
     if data_type == "timestamp without time zone":
         kind = "timestamp_ms" if (datetime_precision is not None and datetime_precision <= 3) else "timestamp_us"
         return Column(name, kind, nullable, source_type=data_type)
-    raise ConfigError(f"{table}: column {name!r} has type {data_type!r}"
-                      + (f"({numeric_precision},{numeric_scale})" if data_type == "numeric" else "")
-                      + ", which cdc does not replicate",
+    if data_type == "time without time zone":
+        kind = "time_ms" if (datetime_precision is not None and datetime_precision <= 3) else "time_us"
+        return Column(name, kind, nullable, source_type=data_type)
+    if data_type == "ARRAY" and udt_name in _PG_ARRAY_ELEMENTS:
+        return Column(name, "array", nullable, source_type=udt_name, element=_PG_ARRAY_ELEMENTS[udt_name])
+    if data_type == "USER-DEFINED" and type_kind == "e":  # an enum: its label
+        return Column(name, "string", nullable, source_type=f"enum {udt_name}")
+    shown = {"numeric": f"numeric({numeric_precision},{numeric_scale})", "ARRAY": f"array {udt_name}",
+             "USER-DEFINED": f"user-defined {udt_name}"}.get(data_type, data_type)
+    raise ConfigError(f"{table}: column {name!r} has type {shown!r}, which cdc does not replicate",
                       hint="see docs/types.md for the supported types; exclude the table or change the column")

@@ -69,7 +69,7 @@ def test_bad_records_are_flagged_not_dropped(spark):
               .orderBy("_offset").collect()]
     errors += [r["_error"] for r in decode(spark.createDataFrame(t2.take(), KAFKA), (cols[0], n), ("id",)).collect()]
     assert errors == [NOT_AN_ENVELOPE, "record has no key", "record has no source position", "unknown op null",
-                      VALUE_DOES_NOT_FIT]
+                      "value of column(s) n does not fit the column's type"]
 
 
 def test_error_classes_tell_garbage_from_values_that_do_not_fit(spark):
@@ -85,3 +85,23 @@ def test_error_classes_tell_garbage_from_values_that_do_not_fit(spark):
         ("value-does-not-fit", VALUE_DOES_NOT_FIT), ("value-does-not-fit", VALUE_DOES_NOT_FIT),
         ("value-does-not-fit", "no value for required column(s) r"), (None, None),
         ("not-an-envelope", NOT_AN_ENVELOPE)]
+
+
+NON_DATA_MESSAGES = [
+    ({"serverName": "src"}, {"ts_ms": 1700000000000}),  # heartbeat
+    ({"id": "571:53195829"}, {"status": "BEGIN", "id": "571:53195829", "event_count": None, "ts_ms": 1}),
+    ({"id": "571:53195829"}, {"status": "END", "id": "571:53195829", "event_count": 2,
+                              "data_collections": [{"data_collection": "s.t", "event_count": 2}], "ts_ms": 1}),
+    ({"databaseName": "db"}, {"source": {"lsn": 5}, "databaseName": "db", "ddl": "ALTER TABLE t ADD c int",
+                              "tableChanges": [{"type": "ALTER", "id": "s.t"}]}),
+]
+
+
+def test_heartbeats_transaction_markers_and_schema_changes_are_ignored(spark):
+    from cdc.decoding.spark_decode import NON_DATA
+
+    t = Topic()
+    for key, value in NON_DATA_MESSAGES:
+        t.raw(json.dumps({"schema": {}, "payload": key}).encode(), json.dumps({"schema": {}, "payload": value}).encode())
+    rows = decode(spark.createDataFrame(t.take(), KAFKA), (Column("id", "int", nullable=False),), ("id",)).collect()
+    assert [(r["_op"], r["_error"]) for r in rows] == [(NON_DATA, None)] * len(NON_DATA_MESSAGES)

@@ -314,3 +314,17 @@ def test_bad_records_go_to_the_dead_letter_table_and_the_rest_applies(h):
     h.apply(records)  # the same batch again (a crash before the checkpoint's commit)
     assert len(h.catalog.load_table(h.ident + "__cdc_dead_letters").scan().to_arrow()) == 3
     assert h.values() == {1: "b", 5: "c"}
+
+
+def test_non_data_messages_between_changes_apply_nothing(h):
+    from tests.spark.test_decode import NON_DATA_MESSAGES
+
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    for key, value in NON_DATA_MESSAGES:
+        h.topic.raw(json.dumps({"schema": {}, "payload": key}).encode(),
+                    json.dumps({"schema": {}, "payload": value}).encode())
+    h.topic.change("u", {"id": 1, "v": "b", "n": 2}, 120, 130)
+    h.apply()
+    assert h.values() == {1: "b"}
+    assert parse_offsets(h.snapshots()[-1].summary.additional_properties) == {h.topic.name: {0: 6}}
+    assert len(h.catalog.load_table(h.ident + "__cdc_dead_letters").scan().to_arrow()) == 0

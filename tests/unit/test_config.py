@@ -74,8 +74,14 @@ def test_missing_config_file(tmp_path):
 
 
 def test_unsupported_type_is_a_registration_error():
-    with pytest.raises(ConfigError, match=r"column 'span' has type 'interval'"):
-        postgres_column("span", "interval", True, None, None, None, table="s.t")
+    with pytest.raises(ConfigError, match=r"column 'shape' has type 'point'"):
+        postgres_column("shape", "point", True, None, None, None, table="s.t")
+    with pytest.raises(ConfigError, match=r"column 'big' has type 'numeric\(50,5\)'"):
+        postgres_column("big", "numeric", True, 50, 5, None, table="s.t")
+    with pytest.raises(ConfigError, match=r"column 'boxes' has type 'array _box'"):
+        postgres_column("boxes", "ARRAY", True, None, None, None, table="s.t", udt_name="_box")
+    with pytest.raises(ConfigError, match=r"column 'c' has type 'user-defined complex'"):
+        postgres_column("c", "USER-DEFINED", True, None, None, None, table="s.t", udt_name="complex", type_kind="c")
     with pytest.raises(ConfigError, match=r"reserved"):
         postgres_column("_cdc_op", "text", True, None, None, None, table="s.t")
 
@@ -84,6 +90,14 @@ def test_type_kinds():
     assert postgres_column("a", "numeric", True, 10, 2, None, "t").spark_type == "DECIMAL(10,2)"
     assert postgres_column("a", "timestamp without time zone", True, None, None, 3, "t").kind == "timestamp_ms"
     assert postgres_column("a", "timestamp without time zone", True, None, None, 6, "t").kind == "timestamp_us"
+    assert postgres_column("a", "numeric", True, None, None, None, "t").spark_type == "DECIMAL(38,18)"
+    assert postgres_column("a", "money", True, None, None, None, "t").spark_type == "DECIMAL(19,2)"
+    assert postgres_column("a", "time without time zone", True, None, None, 3, "t").kind == "time_ms"
+    assert postgres_column("a", "interval", True, None, None, 6, "t").spark_type == "STRING"
+    arr = postgres_column("a", "ARRAY", True, None, None, None, "t", udt_name="_int8")
+    assert (arr.kind, arr.element, arr.spark_type) == ("array", "long", "ARRAY<BIGINT>")
+    assert postgres_column("a", "USER-DEFINED", True, None, None, None, "t", udt_name="mood",
+                           type_kind="e").kind == "string"
 
 
 def test_errors_never_echo_a_password(project):

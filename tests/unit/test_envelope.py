@@ -83,3 +83,12 @@ def test_reinsert_after_tombstone_wins():
 def test_lone_tombstone_stays_a_tombstone():
     out = last_per_key([decode(key(2), None, 0, 9, KEY)])
     assert out[(("id", 2),)].is_tombstone
+
+
+def test_non_data_messages_decode_to_nothing():
+    from tests.spark.test_decode import NON_DATA_MESSAGES
+
+    for k, v in NON_DATA_MESSAGES:
+        assert decode(json.dumps({"schema": {}, "payload": k}), json.dumps({"schema": {}, "payload": v}), 0, 1,
+                      KEY) is None
+    assert last_per_key([None, ev("c", 1, 0, v="a")])[(("id", 1),)].row == {"id": 1, "v": "a"}

@@ -45,4 +45,5 @@ def test_verdicts_about_the_data_are_not_retried():
         sup.backoff("t.a", ApplyError("bad record"))
     assert not retriable(RuntimeError("py4j ... cdc.errors.ApplyError: table t: 1 record(s) ..."))
     assert not retriable(RuntimeError("[KAFKA_DATA_LOSS] ..."))
+    assert not retriable(RuntimeError("[CAST_INVALID_INPUT] ... SQLSTATE: 22018"))
     assert retriable(RuntimeError("org.apache.kafka.common.errors.TimeoutException: Timed out"))
