@@ -68,6 +68,22 @@ def _bootstrap(args) -> int:
     return 0
 
 
+def _reconcile(args) -> int:
+    from cdc.report.reconcile import exit_code, format_json, format_text, reconcile
+
+    settings = load_settings(args.config)
+    rows = reconcile(settings, load_tables(settings, args.table), wait_s=args.wait)
+    report = format_json(rows) if args.format == "json" else format_text(rows)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(report + "\n")
+        print(f"reconciliation report written to {args.out}")
+    else:
+        print(report)
+    return exit_code(rows)
+
+
 def _status(args) -> int:
     from cdc.report.status import format_text, status
 
@@ -111,6 +127,15 @@ def parser() -> argparse.ArgumentParser:
     window.add_argument("--from-timestamp", metavar="TS", help="epoch milliseconds or ISO-8601 (UTC by default)")
     window.add_argument("--from-position", metavar="POS", help="a _cdc_position value")
     rp.set_defaults(func=_replay)
+
+    rc = sub.add_parser("reconcile", help="source against target row counts per table: OK, DRIFT or IN-FLIGHT "
+                                          "(exit 0 when all OK, 1 otherwise)")
+    rc.add_argument("--table", help="only this registered table (default: all)")
+    rc.add_argument("--format", choices=["text", "json"], default="text")
+    rc.add_argument("--out", metavar="FILE", help="write the report here instead of standard output")
+    rc.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                    help="how long to wait for the target to catch up with the source's position (default 60)")
+    rc.set_defaults(func=_reconcile)
 
     bs = sub.add_parser("bootstrap", help="fill a table's target from the source, then stream on")
     bs.add_argument("--table", required=True, help="the registered table")

@@ -2,6 +2,7 @@
 truncate, dedupe, one MERGE whose snapshot carries the batch's offsets."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -20,11 +21,16 @@ from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
                                 truncate_sql)
+from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sinks import iceberg_spark
-from cdc.sources.types import Column, toastable
+from cdc.sinks.iceberg import PROP_COLUMNS
+from cdc.sources.types import Column, debezium_column, toastable
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
+# The part of a JSON-converter message's schema that describes the row's fields.
+EVENT_SCHEMA = ("STRUCT<schema: STRUCT<fields: ARRAY<STRUCT<field: STRING, fields: ARRAY<STRUCT<field: STRING, "
+                "type: STRING, name: STRING, parameters: MAP<STRING, STRING>>>>>>>")
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException")
@@ -64,6 +70,7 @@ class TableApplier:
     topic_id: str | None = None  # recorded with the offsets: a recreated topic is told apart
     held: str | None = None  # Spark SQL: a change the table's bootstrap rows already hold (dropped)
     on_error: str = "dlq"  # a bad record goes to the dead-letter table (dlq) or stops the job (fail)
+    evolve_schema: bool = True  # follow the columns the events' schemas describe
     dead_letters_ref: str | None = None
 
     def prepare(self, spark) -> "TableApplier":
@@ -88,6 +95,8 @@ class TableApplier:
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
+        if self.evolve_schema:
+            self._evolve(spark, table, batch)
         events = decode(batch, self.columns, self.key)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
@@ -96,6 +105,39 @@ class TableApplier:
             self._apply(spark, table, batch, events, summary, committed, self._planned_end(batch_id), batch_id)
         finally:
             events.unpersist()
+
+    def _evolve(self, spark, table, batch: DataFrame) -> None:
+        """Design rule 7 before the batch is decoded: new source columns are added to the
+        target, safe widenings applied; anything else stops the job (planning/schema.py).
+        The schemas read are those of each partition's newest record in the batch."""
+        newest = (batch.where(F.col("value").isNotNull()).groupBy("partition")
+                  .agg(F.max_by("value", "offset").alias("value")))
+        schemas = newest.select(F.expr(
+            f"filter(from_json(CAST(value AS STRING), '{EVENT_SCHEMA}').schema.fields, f -> f.field = 'after')[0]"
+            f".fields").alias("fields")).collect()
+        known = {c.name for c in self.columns}
+        seen = []
+        for row in schemas:
+            for f in row["fields"] or []:
+                params = f["parameters"] or {}
+                if f["field"] in known and "__debezium.source.column.type" not in params:
+                    continue  # without the source type only new columns are told
+                seen.append(debezium_column(f["field"], f["type"], f["name"], params, self.name))
+        evolution = evolve(self.name, self.columns, seen, self.key)
+        missing = [c for c in evolution.columns if table.schema().findField(c.name) is None]
+        if not evolution.changed and not missing:
+            return
+        last = [c.name for c in self.columns][-1]
+        for c in missing:  # added after the last source column, before the _cdc_ columns
+            spark.sql(f"ALTER TABLE {self.target_ref} ADD COLUMN {q(c.name)} {c.spark_type} AFTER {q(last)}")
+            last = c.name
+        for c in evolution.widened:  # the same type again is a no-op (a re-run batch)
+            spark.sql(f"ALTER TABLE {self.target_ref} ALTER COLUMN {q(c.name)} TYPE {c.spark_type}")
+        table.refresh()
+        table.updateProperties().set(PROP_COLUMNS, json.dumps([c.to_json() for c in evolution.columns])).commit()
+        self.columns = evolution.columns
+        print(f"{self.name}: schema evolved: added {[c.name for c in missing]}, widened "
+              f"{[f'{c.name} to {c.spark_type}' for c in evolution.widened]}", file=sys.stderr)
 
     def _dead_letters(self, spark, batch: DataFrame, events: DataFrame, total: int, batch_id: int) -> None:
         """Bad records stop the job (`fail`) or go, raw, to the dead-letter table (`dlq`),

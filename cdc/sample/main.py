@@ -1,6 +1,6 @@
 """`make run`: create the sample shop database (once), register its tables, replicate the
-snapshot, apply a burst of changes at the source, replicate again, and print source and
-target row counts per table. Exit 1 when a table differs."""
+snapshot, apply a burst of changes at the source, replicate again, and print the
+reconciliation report. Exit 1 when a table is not OK."""
 from __future__ import annotations
 
 import sys
@@ -13,7 +13,7 @@ from cdc.errors import CdcError
 from cdc.jobs.runner import run
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.registrar import register
-from cdc.sinks.catalog import load_catalog
+from cdc.report.reconcile import exit_code, format_text, reconcile
 from cdc.sources import postgres
 
 SCHEMA = "shop"
@@ -46,17 +46,6 @@ def burst(conn: psycopg.Connection, round_no: int) -> int:
         return conn.execute("SELECT txid_current()").fetchone()[0]
 
 
-def counts(settings, tables) -> list[tuple[str, int, int]]:
-    catalog = load_catalog(settings)
-    out = []
-    for reg in tables:
-        with postgres.connect(settings, reg.source.name) as conn:
-            src = conn.execute(f'SELECT count(*) FROM "{reg.source.schema_}"."{reg.source.table}"').fetchone()[0]
-        dst = catalog.load_table(reg.target).scan().count()
-        out.append((reg.name, src, dst))
-    return out
-
-
 def main() -> int:
     settings = load_settings()
     tables = [t for t in load_tables(settings) if t.source.schema_ == SCHEMA]
@@ -80,14 +69,12 @@ def main() -> int:
         ConnectClient(settings.connect_url).wait_captured(connector_name(source), txid & 0xFFFFFFFF)
         print("replicating the burst")
         run(settings, tables, available_now=True)
-        rows = counts(settings, tables)
+        rows = reconcile(settings, tables)
     except CdcError as e:
         print(f"cdc: error: {e}", file=sys.stderr)
         return e.exit_code
-    print(f"\n{'table':24} {'source rows':>12} {'target rows':>12}  status")
-    for name, src, dst in rows:
-        print(f"{name:24} {src:>12} {dst:>12}  {'OK' if src == dst else 'DIFFERENT'}")
-    return 0 if all(s == d for _, s, d in rows) else 1
+    print("\nreconciliation (`cdc reconcile`):\n" + format_text(rows))
+    return exit_code(rows)
 
 
 if __name__ == "__main__":

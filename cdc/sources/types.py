@@ -198,3 +198,49 @@ def postgres_column(name: str, data_type: str, nullable: bool, numeric_precision
              "USER-DEFINED": f"user-defined {udt_name}"}.get(data_type, data_type)
     raise ConfigError(f"{table}: column {name!r} has type {shown!r}, which cdc does not replicate",
                       hint="see docs/types.md for the supported types; exclude the table or change the column")
+
+
+# Debezium's `column.propagate.source.type` names PostgreSQL types in upper case.
+_DEBEZIUM_TYPES = {
+    "INT2": "smallint", "INT4": "integer", "INT8": "bigint", "FLOAT4": "real", "FLOAT8": "double precision",
+    "BOOL": "boolean", "TEXT": "text", "VARCHAR": "character varying", "BPCHAR": "character", "UUID": "uuid",
+    "JSON": "json", "JSONB": "jsonb", "BYTEA": "bytea", "INET": "inet", "CIDR": "cidr", "MACADDR": "macaddr",
+    "MACADDR8": "macaddr8", "DATE": "date", "TIMESTAMP": "timestamp without time zone",
+    "TIMESTAMPTZ": "timestamp with time zone", "TIME": "time without time zone",
+    "TIMETZ": "time with time zone", "INTERVAL": "interval", "MONEY": "money", "NUMERIC": "numeric",
+}
+# Without the source type, Debezium's logical and Connect types tell the kind.
+_CONNECT_KINDS = {
+    "io.debezium.time.MicroTimestamp": "timestamp_us", "io.debezium.time.Timestamp": "timestamp_ms",
+    "io.debezium.time.ZonedTimestamp": "timestamptz", "io.debezium.time.Date": "date",
+    "io.debezium.time.MicroTime": "time_us", "io.debezium.time.Time": "time_ms",
+    "io.debezium.time.ZonedTime": "timetz", "io.debezium.time.Interval": "interval",
+    "io.debezium.data.Enum": "string", "int16": "int", "int32": "int", "int64": "long", "float32": "float",
+    "float64": "double", "boolean": "boolean", "string": "string", "bytes": "binary",
+}
+UNCONSTRAINED_LENGTH = 131089  # what PostgreSQL reports as the length of a numeric without precision
+
+
+def debezium_column(name: str, connect_type: str, logical_name: str | None, params: dict | None,
+                    table: str) -> Column:
+    """The kind of a column as a change event's schema describes it (a column the target
+    does not know yet), always nullable in the target. A ConfigError when unsupported."""
+    params = params or {}
+    source = params.get("__debezium.source.column.type")
+    if source is None:
+        kind = _CONNECT_KINDS.get(logical_name or "") or _CONNECT_KINDS.get(connect_type)
+        if kind is None:
+            raise ConfigError(f"{table}: new column {name!r} of Debezium type {logical_name or connect_type!r} "
+                              f"is not supported", hint="see docs/types.md")
+        return Column(name, kind, True, source_type=(logical_name or connect_type))
+    length = int(params.get("__debezium.source.column.length") or 0)
+    scale = int(params.get("__debezium.source.column.scale") or 0)
+    if logical_name == "io.debezium.data.Enum":
+        return postgres_column(name, "USER-DEFINED", True, None, None, None, table, source.lower(), "e")
+    if source.startswith("_"):
+        return postgres_column(name, "ARRAY", True, None, None, None, table, source.lower())
+    data_type = _DEBEZIUM_TYPES.get(source, source.lower())
+    if data_type == "numeric":
+        precision = None if length in (0, UNCONSTRAINED_LENGTH) else length
+        return postgres_column(name, data_type, True, precision, scale if precision else None, None, table)
+    return postgres_column(name, data_type, True, None, None, scale, table)

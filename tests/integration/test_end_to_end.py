@@ -364,3 +364,66 @@ def test_bad_records_are_set_aside_and_every_valid_change_applies(env):
     assert all(d["key"] == key and d["topic"] == topic and d["error_message"] for d in dead)
     (row,) = status(env.settings, load_tables(env.settings, name))
     assert row["dead_letters"] == 3 and row["lag"] == 0
+
+
+def test_schema_evolution_adds_columns_widens_types_and_refuses_the_rest(env, capsys):
+    from cdc.control.commits import parse_offsets
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".evolving (id int PRIMARY KEY, a int, f real, d numeric(6,2), v varchar(5))')
+    env.sql(f'INSERT INTO "{s}".evolving SELECT g, g, g / 4.0, g / 8.0, \'v\' || g FROM generate_series(1, 20) g')
+    name = env.register_table("evolving")
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate("evolving", env.marker())
+    # One batch with events written before and after a column is added.
+    env.transaction(f'UPDATE "{s}".evolving SET v = \'early\' WHERE id = 1')
+    env.sql(f'ALTER TABLE "{s}".evolving ADD COLUMN note text, ADD COLUMN tags text[]')
+    env.transaction(f'UPDATE "{s}".evolving SET note = \'late\', tags = ARRAY[\'x\'] WHERE id <= 3',
+                    f'INSERT INTO "{s}".evolving VALUES (21, 21, 1.5, 2.25, \'new\', \'added\', ARRAY[\'y\', NULL])')
+    # Safe widenings, and values only the wider types hold.
+    env.sql(f'ALTER TABLE "{s}".evolving ALTER COLUMN a TYPE bigint, ALTER COLUMN f TYPE double precision, '
+            f'ALTER COLUMN d TYPE numeric(12,2), ALTER COLUMN v TYPE varchar(40)')
+    txid = env.transaction(f'UPDATE "{s}".evolving SET a = 5000000000, f = 1e300, d = 1234567890.12, '
+                           f'v = \'a much longer value\' WHERE id = 2')
+    env.replicate("evolving", txid)
+    assert_equal(env.dsn, s, "evolving", env.catalog, f"{s}.evolving", ("id",))
+    fields = {f.name: str(f.field_type) for f in env.catalog.load_table(f"{s}.evolving").schema().fields}
+    assert (fields["a"], fields["f"], fields["d"], fields["note"]) == ("long", "double", "decimal(12, 2)", "string")
+    # A narrowing is refused: the job stops, names table, column and types, commits nothing.
+    env.transaction(f'UPDATE "{s}".evolving SET a = 2 WHERE id = 2')
+    env.sql(f'ALTER TABLE "{s}".evolving ALTER COLUMN a TYPE integer')
+    txid = env.transaction(f'UPDATE "{s}".evolving SET a = 7 WHERE id = 3')
+    env.wait_captured(txid)
+    before = parse_offsets(env.catalog.load_table(f"{s}.evolving").current_snapshot().summary.additional_properties)
+    capsys.readouterr()
+    assert env.cdc("run", "--available-now", "--table", name) == 3
+    err = capsys.readouterr().err
+    assert f"table {name}: column 'a' changed type at the source from bigint (BIGINT) to integer (INT)" in err
+    assert f"cdc bootstrap --table {name}" in err
+    after = parse_offsets(env.catalog.load_table(f"{s}.evolving").current_snapshot().summary.additional_properties)
+    assert after == before
+
+
+def test_reconcile_reports_ok_in_flight_and_drift(env, capsys):
+    import json
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".audited (id int PRIMARY KEY, v text)')
+    env.sql(f'INSERT INTO "{s}".audited SELECT g, \'v\' || g FROM generate_series(1, 30) g')
+    name = env.register_table("audited")
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate("audited", env.marker())
+    capsys.readouterr()
+    assert env.cdc("reconcile", "--table", name, "--format", "json", "--wait", "30") == 0
+    (row,) = json.loads(capsys.readouterr().out)["tables"]
+    assert (row["status"], row["source_rows"], row["target_rows"], row["lag"]) == ("OK", 30, 30, 0)
+    env.wait_captured(env.transaction(f'DELETE FROM "{s}".audited WHERE id <= 5'))
+    assert env.cdc("reconcile", "--table", name, "--wait", "2") == 1  # the job has not run: in transit
+    assert "IN-FLIGHT" in capsys.readouterr().out
+    env.replicate("audited")
+    assert env.cdc("reconcile", "--table", name, "--wait", "30") == 0
+    assert " OK " in capsys.readouterr().out
+    env.catalog.load_table(f"{s}.audited").delete("id >= 28")  # behind the engine's back
+    assert env.cdc("reconcile", "--table", name, "--format", "json", "--wait", "30") == 1
+    (row,) = json.loads(capsys.readouterr().out)["tables"]
+    assert (row["status"], row["source_rows"], row["target_rows"]) == ("DRIFT", 25, 22)
