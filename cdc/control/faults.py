@@ -1,6 +1,7 @@
 """Test-only crash points, so fault tests kill the driver at exact places instead of
 sleeping. Set CDC_CRASH_POINT=<point>:<n> to SIGKILL this process the n-th time (1-based)
-execution reaches <point>. Points: before-merge, after-commit. Unset in production."""
+execution reaches <point>. Points: before-merge, after-commit, bootstrap-chunk. Unset in
+production."""
 from __future__ import annotations
 
 import os
