@@ -26,19 +26,22 @@ def verdict(source_rows: int, target_rows: int | None, caught_up: bool, target_p
     return DRIFT if caught_up and not target_past_source else IN_FLIGHT
 
 
-def _source_count(settings: Settings, reg: TableRegistration) -> tuple[int, int]:
-    """Rows of the source table and the WAL position they reflect, in one snapshot."""
+def _source_count(settings: Settings, reg: TableRegistration) -> tuple[int, int, int]:
+    """Rows of the source table and the WAL position they reflect, in one snapshot; then a
+    marker transaction (Debezium's `log` signal): once the connector has captured it, every
+    change the count reflects is in Kafka. Returns (rows, position, marker's transaction id)."""
     with postgres.connect(settings, reg.source.name) as conn:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         rows, lsn = conn.execute(f"SELECT count(*), pg_current_wal_lsn()::text FROM "
                                  f"{postgres.qualified(reg)}").fetchone()
         conn.execute("COMMIT")
-    return int(rows), parse_lsn(lsn)
+        marker = postgres.write_marker(conn, settings.sources[reg.source.name].signal_table)
+    return int(rows), parse_lsn(lsn), marker & 0xFFFFFFFF
 
 
-def _captured_lsn(client: ConnectClient, source: str) -> int:
-    """How far the source's connector has committed (heartbeats move it on quiet sources)."""
-    return max((parse_lsn(o.get("lsn")) for o in client.offsets(connector_name(source))), default=0)
+def _captured(client: ConnectClient, source: str, txid: int) -> bool:
+    """Whether the source's connector has committed past transaction `txid`."""
+    return any(int(o.get("txId") or 0) >= txid for o in client.offsets(connector_name(source)))
 
 
 def _target_count(catalog, reg: TableRegistration) -> int | None:
@@ -50,13 +53,13 @@ def _target_count(catalog, reg: TableRegistration) -> int | None:
 
 def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration,
                     wait_s: float, clock=time.monotonic, sleep=time.sleep) -> dict:
-    source_rows, source_lsn = _source_count(settings, reg)
+    source_rows, source_lsn, marker = _source_count(settings, reg)
     deadline = clock() + wait_s
     while True:
         status = table_status(settings, catalog, reg)
         target_rows = _target_count(catalog, reg)
         caught_up = status.get("registered", False) and status["lag"] == 0 and \
-            _captured_lsn(client, reg.source.name) >= source_lsn
+            _captured(client, reg.source.name, marker)
         if target_rows == source_rows or caught_up or clock() >= deadline:
             break
         sleep(1.0)
