@@ -22,15 +22,7 @@ def current_snapshot_id(table) -> int | None:
 def last_committed_summary(table) -> dict[str, str] | None:
     """The summary of the newest snapshot in the current ancestry that carries cdc offsets
     (maintenance commits carry none, so walk back past them)."""
-    table.refresh()
-    snap = table.currentSnapshot()
-    while snap is not None:
-        summary = snap.summary()
-        if summary.containsKey(OFFSETS):
-            return {k: summary.get(k) for k in summary.keySet().toArray()}
-        parent = snap.parentId()
-        snap = None if parent is None else table.snapshot(parent)
-    return None
+    return next((s for s in ancestry_summaries(table) if OFFSETS in s), None)
 
 
 def commit_summary_only(table, props: dict[str, str]) -> None:
@@ -53,29 +45,26 @@ def ancestry_summaries(table):
         snap = None if parent is None else table.snapshot(parent)
 
 
-def empty_table(spark, table, summary: dict[str, str], props: dict[str, str]) -> None:
-    """One commit that deletes every row and sets `props`, with `summary` on its snapshot."""
+def _commit_with_properties(table, operation, summary: dict[str, str], props: dict[str, str]) -> None:
+    """One transaction: `operation` (a snapshot producer of it) carrying `summary`, and `props` set."""
     tx = table.newTransaction()
-    delete = tx.newDelete().deleteFromRowFilter(spark._jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+    op = operation(tx)
     for k, v in summary.items():
-        delete = delete.set(k, v)
-    delete.commit()
+        op = op.set(k, v)
+    op.commit()
     update = tx.updateProperties()
     for k, v in props.items():
         update = update.set(k, v)
     update.commit()
     tx.commitTransaction()
+
+
+def empty_table(spark, table, summary: dict[str, str], props: dict[str, str]) -> None:
+    """One commit that deletes every row and sets `props`, with `summary` on its snapshot."""
+    everything = spark._jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
+    _commit_with_properties(table, lambda tx: tx.newDelete().deleteFromRowFilter(everything), summary, props)
 
 
 def commit_summary_and_properties(table, summary: dict[str, str], props: dict[str, str]) -> None:
     """One commit: a snapshot with no data change carrying `summary`, and `props` set."""
-    tx = table.newTransaction()
-    append = tx.newAppend()
-    for k, v in summary.items():
-        append = append.set(k, v)
-    append.commit()
-    update = tx.updateProperties()
-    for k, v in props.items():
-        update = update.set(k, v)
-    update.commit()
-    tx.commitTransaction()
+    _commit_with_properties(table, lambda tx: tx.newAppend(), summary, props)
