@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what cdc needs from Debian's packages when it is missing: a JDK (17+), Maven,
-# the PostgreSQL server and client. Idempotent; does nothing when all are present.
+# the PostgreSQL and MariaDB servers and clients. Idempotent; does nothing when all are present.
 set -euo pipefail
 
 need=()
@@ -8,6 +8,8 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
+[ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

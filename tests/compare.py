@@ -1,5 +1,5 @@
-"""Row-for-row comparison of a PostgreSQL table with its Iceberg target read through
-pyiceberg (the second reader), every column."""
+"""Row-for-row comparison of a source table (PostgreSQL or MariaDB) with its Iceberg
+target read through pyiceberg (the second reader), every column."""
 from __future__ import annotations
 
 import datetime as dt
@@ -85,6 +85,40 @@ def source_rows(dsn: str, schema: str, table: str, key: tuple[str, ...]) -> dict
     return {tuple(r[k] for k in key): r for r in rows}
 
 
+def duration_text(v: dt.timedelta) -> str:
+    """A MariaDB TIME (a signed duration) as the target keeps it: [-]HH:MM:SS.ffffff."""
+    micros = abs(v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds)
+    sign = "-" if v < dt.timedelta(0) else ""
+    return (f"{sign}{micros // 3_600_000_000:02d}:{micros // 60_000_000 % 60:02d}:{micros // 1_000_000 % 60:02d}."
+            f"{micros % 1_000_000:06d}")
+
+
+def mariadb_source_rows(conn, schema: str, table: str, key: tuple[str, ...]) -> dict[tuple, dict]:
+    """Rows of a MariaDB table in the target's terms: TIME as duration text, TIMESTAMP as a
+    UTC instant (the server runs in UTC), BIT(1) as a boolean."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_PRECISION FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (schema, table))
+        types = {name: (typ, precision) for name, typ, precision in cur.fetchall()}
+        cur.execute(f"SELECT * FROM `{schema}`.`{table}`")
+        names = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    out = {}
+    for r in rows:
+        row = {}
+        for name, v in zip(names, r):
+            typ, precision = types[name]
+            if v is not None and typ == "time":
+                v = duration_text(v)
+            elif v is not None and typ == "timestamp":
+                v = v.replace(tzinfo=dt.timezone.utc)
+            elif v is not None and typ == "bit" and (precision or 1) == 1:
+                v = v != b"\x00"
+            row[name] = v
+        out[tuple(row[k] for k in key)] = row
+    return out
+
+
 def target_rows(catalog, ident: str, key: tuple[str, ...]) -> dict[tuple, dict]:
     rows = catalog.load_table(ident).scan().to_arrow().to_pylist()
     out = {}
@@ -95,8 +129,9 @@ def target_rows(catalog, ident: str, key: tuple[str, ...]) -> dict[tuple, dict]:
     return out
 
 
-def differences(src: dict, dst: dict, float32_columns: frozenset = frozenset()) -> list[str]:
-    """Human-readable differences (empty when the tables are equal)."""
+def differences(src: dict, dst: dict, float32_columns: frozenset = frozenset(), float_digits: int | None = None) -> list[str]:
+    """Human-readable differences (empty when the tables are equal). `float_digits`: compare
+    the float32 columns to that many significant digits (MariaDB prints FLOAT so)."""
     diffs = [f"missing in target: {k}" for k in sorted(set(src) - set(dst))[:10]]
     diffs += [f"extra in target: {k}" for k in sorted(set(dst) - set(src))[:10]]
     for k in sorted(set(src) & set(dst)):
@@ -109,6 +144,8 @@ def differences(src: dict, dst: dict, float32_columns: frozenset = frozenset()) 
             if c in float32_columns and isinstance(a, float) and isinstance(b, float):
                 import struct
                 a = struct.unpack("f", struct.pack("f", a))[0]
+                if float_digits:
+                    a, b = float(f"{a:.{float_digits}g}"), float(f"{b:.{float_digits}g}")
             if a != b and not (isinstance(a, float) and isinstance(b, float) and a != a and b != b):
                 diffs.append(f"{k}.{c}: source {a!r} != target {b!r}")
     return diffs[:30]

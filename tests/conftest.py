@@ -68,29 +68,73 @@ def stack(settings):
 
 @dataclass
 class Env:
+    """A source of the stack (PostgreSQL, or MariaDB with `kind`), its own schema (for
+    MariaDB: database), its own cdc.yaml and tables directory."""
+
     config: Path
     settings: object
     source: str
     schema: str
-    dsn: str
+    dsn: str | None  # PostgreSQL
     catalog: object
+    kind: str = "postgresql"
 
     def cdc(self, *args: str) -> int:
         """The command line, in this process (so it shares the run's SparkSession)."""
         return cdc_main(["--config", str(self.config), *args])
 
+    def _mariadb(self):
+        from cdc.sources import mariadb
+
+        return mariadb.connect(self.settings, self.source)
+
     def sql(self, statement: str, params=None):
+        if self.kind == "mariadb":
+            with self._mariadb() as conn, conn.cursor() as cur:
+                cur.execute(statement, params)
+                return list(cur.fetchall()) if cur.description else None
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             cur = conn.execute(statement, params)
             return cur.fetchall() if cur.description else None
 
-    def transaction(self, *statements: str) -> int:
-        """Run statements in one transaction; return its transaction id."""
+    def transaction(self, *statements: str):
+        """Run statements in one transaction; return it (PostgreSQL: its id; MariaDB: a
+        marker written right after it)."""
+        if self.kind == "mariadb":
+            with self._mariadb() as conn, conn.cursor() as cur:
+                cur.execute("BEGIN")
+                for s in statements:
+                    cur.execute(s)
+                cur.execute("COMMIT")
+            return self.marker()
         with psycopg.connect(self.dsn) as conn:
             for s in statements:
                 conn.execute(s)
             txid = conn.execute("SELECT txid_current()").fetchone()[0]
         return txid
+
+    def q(self, table: str) -> str:
+        """The quoted, qualified name of a table of this env's schema."""
+        return f"`{self.schema}`.`{table}`" if self.kind == "mariadb" else f'"{self.schema}"."{table}"'
+
+    def source_rows(self, table: str, key: tuple[str, ...]) -> dict:
+        from tests.compare import mariadb_source_rows, source_rows
+
+        if self.kind == "mariadb":
+            with self._mariadb() as conn:
+                return mariadb_source_rows(conn, self.schema, table, key)
+        return source_rows(self.dsn, self.schema, table, key)
+
+    def assert_equal(self, table: str, key: tuple[str, ...] = ("id",), float32: frozenset = frozenset()) -> int:
+        """The target equals the source, row for row and column for column; returns the rows."""
+        from tests.compare import differences, target_rows
+
+        src = self.source_rows(table, key)
+        # MariaDB sends FLOAT as it prints it (6 significant digits) in snapshot reads.
+        diffs = differences(src, target_rows(self.catalog, f"{self.schema}.{table}", key), float32,
+                            6 if self.kind == "mariadb" else None)
+        assert not diffs, f"{self.kind} {self.schema}.{table} != target ({len(src)} source rows):\n" + "\n".join(diffs)
+        return len(src)
 
     def register_table(self, table: str, key: list[str] | None = None, name: str | None = None,
                        options: dict | None = None) -> str:
@@ -103,20 +147,25 @@ class Env:
         (self.settings.path(self.settings.tables_dir) / f"{name}.yaml").write_text(yaml.safe_dump(body))
         return name
 
-    def marker(self) -> int:
-        """A transaction the connector certainly captures; returns its id."""
-        from cdc.sources.postgres import write_marker
+    def marker(self):
+        """A transaction the connector certainly captures."""
+        from cdc.sources import module_of
 
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return write_marker(conn, self.settings.sources[self.source].signal_table)
+        kind = module_of(self.settings, self.source)
+        with kind.connect(self.settings, self.source) as conn:
+            return kind.write_marker(conn, self.settings.sources[self.source].signal_table)
 
-    def wait_captured(self, txid: int) -> None:
-        """Until every change of transaction `txid` is in Kafka (a polled condition)."""
-        ConnectClient(self.settings.connect_url).wait_captured(connector_name(self.source), txid & 0xFFFFFFFF)
+    def wait_captured(self, marker) -> None:
+        """Until every change of a transaction (a marker, or a PostgreSQL transaction id) is
+        in Kafka (a polled condition)."""
+        from cdc.sources.postgres import TxMarker
 
-    def replicate(self, table: str, txid: int | None = None) -> None:
-        if txid is not None:
-            self.wait_captured(txid)
+        marker = TxMarker(marker) if isinstance(marker, int) else marker
+        ConnectClient(self.settings.connect_url).wait_captured(connector_name(self.source), marker)
+
+    def replicate(self, table: str, marker=None) -> None:
+        if marker is not None:
+            self.wait_captured(marker)
         assert self.cdc("run", "--available-now", "--table", f"{self.schema}.{table}") == 0
 
 
@@ -145,6 +194,50 @@ def it_env(stack, spark, settings, tmp_path_factory):
     env.sql(f'CREATE SCHEMA "{schema}"')
     yield env
     _cleanup(env)
+
+
+@pytest.fixture(scope="session")
+def it_mariadb(stack, spark, settings, tmp_path_factory):
+    """The same for the stack's MariaDB: a source and a database of its own."""
+    suffix = secrets.token_hex(3)
+    source = schema = f"itm_{suffix}"
+    work = tmp_path_factory.mktemp("itm")
+    (work / "tables").mkdir()
+    doc = yaml.safe_load((ROOT / "cdc.yaml").read_text())
+    doc["sources"] = {source: {"kind": "mariadb", "host": "127.0.0.1", "port": stack.mariadb.port, "database": schema,
+                               "user": "cdc", "password_file": str(stack.mariadb.password_file)}}
+    doc["stack"]["state_dir"] = str(settings.state_dir)
+    doc["catalog"]["path"] = str(settings.path(settings.catalog.path))
+    doc["catalog"]["warehouse"] = str(settings.path(settings.catalog.warehouse))
+    doc["spark"]["checkpoint_dir"] = str(work / "checkpoints")
+    doc["tables_dir"] = str(work / "tables")
+    doc["jars_dir"] = str(settings.path(settings.jars_dir))
+    doc["debezium_dir"] = str(settings.path(settings.debezium_dir))
+    config = work / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    import pymysql
+
+    admin = pymysql.connect(host="127.0.0.1", port=stack.mariadb.port, user="cdc",
+                            password=stack.mariadb.password(), autocommit=True)
+    client = ConnectClient(settings.connect_url)
+    with admin.cursor() as cur:
+        for name in requests.get(f"{settings.connect_url}/connectors", timeout=10).json():
+            if name.startswith("cdc-itm_"):
+                client.delete(name)
+        cur.execute("SHOW DATABASES LIKE 'itm\\_%'")
+        for (db,) in cur.fetchall():
+            cur.execute(f"DROP DATABASE `{db}`")
+        cur.execute(f"CREATE DATABASE `{schema}`")
+    env_settings = load_settings(config)
+    env = Env(config, env_settings, source, schema, None, load_catalog(env_settings), kind="mariadb")
+    yield env
+    client.delete(connector_name(source))
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+    admin.close()
+    if schema in [n[0] for n in env.catalog.list_namespaces()]:
+        for ident in env.catalog.list_tables(schema):
+            env.catalog.purge_table(ident)
 
 
 def _drop_leftovers(env: Env) -> None:

@@ -34,7 +34,7 @@ from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.topics import topic_id, watermarks
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import table_columns
-from cdc.sources import postgres
+from cdc.sources import module_of, postgres
 
 DEFAULT_CHUNK_ROWS = 500_000
 
@@ -55,9 +55,14 @@ def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = N
         boot = current
         print(f"{reg.name}: resuming the {boot.method} bootstrap {boot.id}")
     else:
+        method = method or default_method(settings, reg)
+        if method == "jdbc" and settings.sources[reg.source.name].kind != "postgresql":
+            raise ConfigError(f"table {reg.name}: the jdbc bootstrap reads PostgreSQL sources only; source "
+                              f"{reg.source.name!r} is {settings.sources[reg.source.name].kind}",
+                              hint=f"use `cdc bootstrap --table {reg.name} --method debezium`")
         ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
         by_name = {c.name: c for c in columns}
-        boot = Bootstrap(uuid.uuid4().hex[:12], method or "jdbc", RUNNING, ends,
+        boot = Bootstrap(uuid.uuid4().hex[:12], method, RUNNING, ends,
                          topic_id(settings.kafka_bootstrap, topic),
                          key[0] if by_name[key[0]].kind in INTEGER_KINDS else None)
     if boot.method == "jdbc":
@@ -72,6 +77,11 @@ def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = N
     print(f"{reg.name}: bootstrap {boot.id} ({boot.method}) done: {rows} rows in {elapsed:.1f}s "
           f"({rows / max(elapsed, 1e-9):,.0f} rows/s), streaming from offsets "
           f"{json.dumps({str(p): o for p, o in sorted(boot.offsets.items())})}")
+
+
+def default_method(settings: Settings, reg: TableRegistration) -> str:
+    """jdbc for PostgreSQL (one exported snapshot read in parallel); debezium otherwise."""
+    return "jdbc" if settings.sources[reg.source.name].kind == "postgresql" else "debezium"
 
 
 def _begin(spark, settings: Settings, reg: TableRegistration, table, boot: Bootstrap) -> None:
@@ -152,12 +162,13 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
     src = settings.sources[reg.source.name]
     name = connector_name(reg.source.name)
     client = ConnectClient(settings.connect_url)
-    with postgres.connect(settings, reg.source.name) as conn:
-        txid = postgres.request_incremental_snapshot(conn, src.signal_table,
-                                                     [f"{reg.source.schema_}.{reg.source.table}"])
+    kind = module_of(settings, reg.source.name)
+    with kind.connect(settings, reg.source.name) as conn:
+        marker = kind.request_incremental_snapshot(conn, src.signal_table,
+                                                   [f"{reg.source.schema_}.{reg.source.table}"])
     print(f"{reg.name}: waiting for Debezium's incremental snapshot of "
           f"{reg.source.schema_}.{reg.source.table} (connector {name})")
-    client.wait_captured(name, txid & 0xFFFFFFFF)
+    client.wait_captured(name, marker)
     client.wait_incremental_snapshot(name)
 
 

@@ -17,7 +17,8 @@ def _stack(args) -> int:
     if args.action == "up":
         stack.up()
         print(f"stack up: kafka {stack.kafka.bootstrap}, connect {stack.connect.url}, "
-              f"postgres 127.0.0.1:{stack.postgres.port}")
+              f"postgres 127.0.0.1:{stack.postgres.port}"
+              + (f", mariadb 127.0.0.1:{stack.mariadb.port}" if stack.settings.stack.mariadb_port else ""))
     elif args.action == "down":
         stack.down(purge=args.purge)
         print("stack down" + (" (state purged)" if args.purge else ""))
@@ -140,8 +141,8 @@ def parser() -> argparse.ArgumentParser:
     bs = sub.add_parser("bootstrap", help="fill a table's target from the source, then stream on")
     bs.add_argument("--table", required=True, help="the registered table")
     bs.add_argument("--method", choices=["jdbc", "debezium"],
-                    help="jdbc: parallel read in one exported snapshot (default); debezium: incremental snapshot "
-                         "through the signal table. An unfinished bootstrap resumes with its own method")
+                    help="jdbc: parallel read in one exported snapshot (the default for PostgreSQL); debezium: incremental snapshot "
+                         "through the signal table (the default for MariaDB). An unfinished bootstrap resumes with its own method")
     bs.add_argument("--chunk-rows", type=_positive, default=500_000, metavar="N",
                     help="jdbc: rows per committed chunk, the unit a resumed bootstrap restarts from")
     bs.add_argument("--restart", action="store_true", help="start an unfinished bootstrap over")

@@ -31,6 +31,8 @@ class StackSettings(Frozen):
     kafka_controller_port: int = Field(19093, ge=1, le=65535)
     connect_port: int = Field(18083, ge=1, le=65535)
     postgres_port: int = Field(15432, ge=1, le=65535)
+    # MariaDB runs only when a port is set (a MariaDB source on the local stack).
+    mariadb_port: int | None = Field(None, ge=1, le=65535)
     kafka_heap: str = "512m"
     connect_heap: str = "768m"
     start_timeout_s: int = Field(180, ge=5)
@@ -45,10 +47,11 @@ class ConnectSettings(Frozen):
 
 
 class SourceSettings(Frozen):
-    """A source database Debezium captures. The password comes from the environment
-    (`password: ${PGPASSWORD}`) or a file (`password_file`), never from this file."""
+    """A source database Debezium captures (PostgreSQL or MariaDB). The password comes from
+    the environment (`password: ${PGPASSWORD}`) or a file (`password_file`), never from
+    this file."""
 
-    kind: Literal["postgresql"] = "postgresql"
+    kind: Literal["postgresql", "mariadb"] = "postgresql"
     host: str = "127.0.0.1"
     port: int = Field(5432, ge=1, le=65535)
     # The database as Kafka Connect reaches it, when that differs (containers, proxies).
@@ -62,11 +65,15 @@ class SourceSettings(Frozen):
     # a config provider, e.g. "${file:/etc/kafka/secrets.properties:pg_password}". Unset:
     # the local worker reads a secrets file cdc writes; a remote one gets the password.
     connector_password_ref: str | None = None
-    slot_name: str | None = None  # default: cdc_<source name>
-    publication_name: str | None = None  # default: cdc_<source name>
-    # Debezium's signal table (schema.table): cdc asks it for incremental snapshots of
-    # tables registered after the connector's initial snapshot.
-    signal_table: str = "public.cdc_signal"
+    slot_name: str | None = None  # PostgreSQL; default: cdc_<source name>
+    publication_name: str | None = None  # PostgreSQL; default: cdc_<source name>
+    # MariaDB: the replica server id the connector reads the binary log as; unique among
+    # the server's replicas. Default: derived from the source name (5400-6399).
+    server_id: int | None = Field(None, ge=1, le=4294967295)
+    # Debezium's signal table (schema.table; for MariaDB database.table): cdc asks it for
+    # incremental snapshots of tables registered after the connector's initial snapshot.
+    # Default: public.cdc_signal (PostgreSQL), <database>.cdc_signal (MariaDB).
+    signal_table: str | None = None
 
     @field_validator("database", "user")
     @classmethod
@@ -75,13 +82,22 @@ class SourceSettings(Frozen):
 
     @field_validator("signal_table")
     @classmethod
-    def _signal(cls, v: str) -> str:
+    def _signal(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         parts = v.split(".")
         if len(parts) != 2:
             raise ValueError(f"signal_table {v!r} must be <schema>.<table>")
         for part in parts:
             check_identifier(part, "signal_table part")
         return v
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "SourceSettings":
+        if self.signal_table is None:
+            default = f"{self.database}.cdc_signal" if self.kind == "mariadb" else "public.cdc_signal"
+            object.__setattr__(self, "signal_table", default)
+        return self
 
 
 class CatalogSettings(Frozen):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc.errors import DecodeError
-from cdc.planning.position import postgres_position
+from cdc.planning.position import mariadb_position, postgres_position
 
 
 class Operation(str, enum.Enum):
@@ -77,11 +77,11 @@ def is_non_data(body: dict) -> bool:
 
 
 def decode(key: bytes | str | None, value: bytes | str | None, partition: int, offset: int,
-           key_columns: tuple[str, ...]) -> ChangeEvent | None:
+           key_columns: tuple[str, ...], kind: str = "postgresql") -> ChangeEvent | None:
     """Decode one record of a table topic (None for a non-data message), or raise DecodeError.
     Whatever the bytes, nothing else is raised."""
     try:
-        return _decode(key, value, partition, offset, key_columns)
+        return _decode(key, value, partition, offset, key_columns, kind)
     except DecodeError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as e:
@@ -89,13 +89,14 @@ def decode(key: bytes | str | None, value: bytes | str | None, partition: int, o
                           f"{type(e).__name__}: {str(e)[:200]}") from None
 
 
-def _decode(key, value, partition: int, offset: int, key_columns: tuple[str, ...]) -> ChangeEvent | None:
+def _decode(key, value, partition: int, offset: int, key_columns: tuple[str, ...], kind: str) -> ChangeEvent | None:
     body = payload_of(value)
     if body is not None and is_non_data(body):
         return None
     op = Operation.of(body.get(OP)) if body is not None else None
     source = (body or {}).get(SOURCE) or {}
-    position = postgres_position(source, op.value, partition, offset) if op else None
+    position_of = mariadb_position if kind == "mariadb" else postgres_position
+    position = position_of(source, op.value, partition, offset) if op else None
     if position is not None and position[16:32] == "0" * 16:
         raise DecodeError(f"record at partition {partition} offset {offset} has no source position")
     if op is Operation.TRUNCATE:  # a truncate has no key: it applies to the whole table

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc.decoding.envelope import Operation
+from cdc.planning.position import ROW_BITS
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sources.types import TOASTABLE_KINDS, Column, toastable
 
@@ -32,7 +33,8 @@ def _struct_ddl(columns: tuple[Column, ...]) -> str:
 def value_schema(columns: tuple[Column, ...]) -> str:
     row = f"STRUCT<{_struct_ddl(columns)}>"
     return (f"STRUCT<payload: STRUCT<before: {row}, after: {row}, "
-            f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT, txId: BIGINT>, op: STRING>>")
+            f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT, txId: BIGINT, "
+            f"file: STRING, pos: BIGINT, row: INT>, op: STRING>>")
 
 
 def key_schema(key_columns: tuple[Column, ...]) -> str:
@@ -43,7 +45,22 @@ def _hex(expr: SparkColumn, width: int) -> SparkColumn:
     return F.lpad(F.lower(F.hex(expr)), width, "0")
 
 
-def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) -> DataFrame:
+def _position_parts(kind: str) -> tuple[SparkColumn, SparkColumn]:
+    """(commit part, event part) of a record's position (planning/position.py); the event
+    part is null when the record has none."""
+    if kind == "mariadb":
+        file_index = F.expr(r"try_cast(regexp_extract(_v.source.file, '\\.([0-9]+)$', 1) AS BIGINT)")
+        row = F.least(F.coalesce(F.col("_v.source.row"), F.lit(0)), F.lit((1 << ROW_BITS) - 1)).cast("bigint")
+        event = F.when(file_index.isNotNull() & F.col("_v.source.pos").isNotNull(),
+                       F.shiftleft(F.col("_v.source.pos"), ROW_BITS).bitwiseOR(row))
+        return F.coalesce(file_index, F.lit(0)), event
+    seq = F.from_json(F.col("_v.source.sequence"), "ARRAY<STRING>")
+    commit_lsn = F.coalesce(F.try_element_at(seq, F.lit(1)).try_cast("bigint"), F.lit(0))
+    event_lsn = F.coalesce(F.try_element_at(seq, F.lit(2)).try_cast("bigint"), F.col("_v.source.lsn"))
+    return commit_lsn, event_lsn
+
+
+def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql") -> DataFrame:
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     df = raw.select(
@@ -63,10 +80,8 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...]) ->
         | (F.size(F.map_keys(loose)) == 1) & loose.getItem("ts_ms").isNotNull())  # heartbeat
     op = (F.when(F.col("_null_value"), F.lit(TOMBSTONE)).when(F.coalesce(non_data, F.lit(False)), F.lit(NON_DATA))
           .otherwise(F.col("_v.op")))
-    df = df.withColumn("_op", op).withColumn(
-        "_seq", F.from_json(F.col("_v.source.sequence"), "ARRAY<STRING>"))
-    commit_lsn = F.coalesce(F.expr("try_cast(try_element_at(_seq, 1) AS BIGINT)"), F.lit(0))
-    event_lsn = F.coalesce(F.expr("try_cast(try_element_at(_seq, 2) AS BIGINT)"), F.col("_v.source.lsn"))
+    df = df.withColumn("_op", op)
+    commit_lsn, event_lsn = _position_parts(kind)
     pos = F.concat(_hex(commit_lsn, 16), _hex(event_lsn, 16), F.when(F.col("_op") == "r", "0").otherwise("1"),
                    _hex(F.col("_partition"), 8), _hex(F.col("_offset"), 16))
     df = df.withColumn("_position", F.when(event_lsn.isNotNull(), pos))

@@ -72,6 +72,7 @@ class TableApplier:
     on_error: str = "dlq"  # a bad record goes to the dead-letter table (dlq) or stops the job (fail)
     evolve_schema: bool = True  # follow the columns the events' schemas describe
     dead_letters_ref: str | None = None
+    source_kind: str = "postgresql"  # how the events' source block gives their position
 
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
@@ -97,7 +98,7 @@ class TableApplier:
             batch = batch.where(~seen)
         if self.evolve_schema:
             self._evolve(spark, table, batch)
-        events = decode(batch, self.columns, self.key)
+        events = decode(batch, self.columns, self.key, self.source_kind)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = events.persist()
@@ -122,7 +123,7 @@ class TableApplier:
                 params = f["parameters"] or {}
                 if f["field"] in known and "__debezium.source.column.type" not in params:
                     continue  # without the source type only new columns are told
-                seen.append(debezium_column(f["field"], f["type"], f["name"], params, self.name))
+                seen.append(debezium_column(f["field"], f["type"], f["name"], params, self.name, self.source_kind))
         evolution = evolve(self.name, self.columns, seen, self.key)
         missing = [c for c in evolution.columns if table.schema().findField(c.name) is None]
         if not evolution.changed and not missing:

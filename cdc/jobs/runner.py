@@ -91,7 +91,8 @@ def _query(spark, settings: Settings, reg: TableRegistration, target: Target, ch
                            topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
                            dead_letters_ref=dead_letters_ref(settings.catalog.name, reg.target),
                            deletes_ref=deletes_ref(settings.catalog.name, reg.target),
-                           delete_horizon_hours=reg.options.delete_horizon_hours).prepare(spark)
+                           delete_horizon_hours=reg.options.delete_horizon_hours,
+                           source_kind=settings.sources[reg.source.name].kind).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
               .option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="2 seconds")

@@ -11,6 +11,10 @@ arrive in commit order, so the first element never goes backwards. A missing ele
 0. `phase` is 0 for snapshot reads (`r`) and 1 for streamed changes, so a snapshot read
 sorts before a streamed change at the same LSN. Kafka (partition, offset) breaks ties
 between events that share one LSN (several DML events can, DBZ-1554).
+
+MariaDB: the binary log file's sequence number takes the commit part, and the event
+part is `pos << 20 | row` (the event's offset in that file and the row within the event),
+compared as numbers, never as text. Rows of one event share `pos`; `row` orders them.
 """
 from __future__ import annotations
 
@@ -45,6 +49,29 @@ def postgres_position(source: dict, op: str, partition: int, offset: int) -> str
         event_lsn = parse_lsn(source.get("lsn"))
     phase = SNAPSHOT_PHASE if op == "r" else STREAM_PHASE
     return encode(commit_lsn, event_lsn, phase, partition, offset)
+
+
+ROW_BITS = 20  # rows of one binary log event (an event holds far fewer)
+
+
+def mariadb_position(source: dict, op: str, partition: int, offset: int) -> str:
+    """The position of one MariaDB change event (see the module docstring)."""
+    import re
+
+    m = re.search(r"\.(\d+)$", str(source.get("file") or ""))
+    file_index = int(m.group(1)) if m else 0
+    pos, row = int(source.get("pos") or 0), int(source.get("row") or 0)
+    event = (pos << ROW_BITS) | min(row, (1 << ROW_BITS) - 1) if m else 0
+    return encode(file_index, event, SNAPSHOT_PHASE if op == "r" else STREAM_PHASE, partition, offset)
+
+
+def after_count(position: str, source_position: tuple[int, ...]) -> bool:
+    """Whether a target's position holds a change made after a source count taken at
+    `source_position`: (LSN,) for PostgreSQL, (binlog file index, pos) for MariaDB."""
+    commit, event = int(position[:16], 16), int(position[16:32], 16)
+    if len(source_position) == 1:
+        return commit > source_position[0]
+    return (commit, event >> ROW_BITS) >= source_position
 
 
 def encode(commit_lsn: int, event_lsn: int, phase: int, partition: int, offset: int) -> str:

@@ -11,9 +11,6 @@ import requests
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConnectorError, DependencyError
 
-TEMPLATE = "postgres-connector.json"
-
-
 def connector_name(source: str) -> str:
     return f"cdc-{source}"
 
@@ -23,18 +20,32 @@ def topic_for(source: str, reg: TableRegistration) -> str:
     return f"{source}.{reg.source.schema_}.{reg.source.table}"
 
 
-def postgres_config(settings: Settings, source: str, tables: list[TableRegistration], password_ref: str) -> dict:
-    """The connector config from debezium/postgres-connector.json, filled in."""
+def server_id(source: str) -> int:
+    """A stable replica server id for a MariaDB source's connector (5400-6399)."""
+    import zlib
+
+    return 5400 + zlib.crc32(source.encode()) % 1000
+
+
+def connector_config(settings: Settings, source: str, tables: list[TableRegistration], password_ref: str) -> dict:
+    """The connector config from debezium/<kind>-connector.json, filled in."""
     src = settings.sources[source]
     include = ",".join(sorted({f"{t.source.schema_}.{t.source.table}" for t in tables} | {src.signal_table}))
     values = {
-        "host": src.connector_host or src.host, "port": str(src.connector_port or src.port), "user": src.user, "password": password_ref,
-        "database": src.database, "topic_prefix": source,
-        "slot_name": src.slot_name or f"cdc_{source}", "publication_name": src.publication_name or f"cdc_{source}",
+        "host": src.connector_host or src.host, "port": str(src.connector_port or src.port), "user": src.user,
+        "password": password_ref, "database": src.database, "topic_prefix": source,
         "table_include_list": include, "signal_table": src.signal_table,
     }
-    template = json.loads((settings.path(settings.debezium_dir) / TEMPLATE).read_text())
-    config = {k: v.format(**values) if isinstance(v, str) else v for k, v in template.items()}
+    if src.kind == "mariadb":
+        template = "mariadb-connector.json"
+        values.update(server_id=str(src.server_id or server_id(source)), kafka_bootstrap=settings.kafka_bootstrap,
+                      database_include_list=",".join(sorted({i.split(".")[0] for i in include.split(",")})))
+    else:
+        template = "postgres-connector.json"
+        values.update(slot_name=src.slot_name or f"cdc_{source}",
+                      publication_name=src.publication_name or f"cdc_{source}")
+    doc = json.loads((settings.path(settings.debezium_dir) / template).read_text())
+    config = {k: v.format(**values) if isinstance(v, str) else v for k, v in doc.items()}
     # Registrations that name their key: Debezium keys those tables' records by it.
     explicit = sorted(f"{t.source.schema_}.{t.source.table}:{','.join(t.key)}" for t in tables if t.key)
     if explicit:
@@ -127,12 +138,12 @@ class ConnectClient:
             return not any(k.startswith("incremental_snapshot") for o in self.offsets(name) for k in o)
         self._wait(name, "incremental snapshot still running", done, timeout_s)
 
-    def wait_captured(self, name: str, txid: int, timeout_s: float = 120) -> None:
-        """Until the committed offset is past source transaction `txid`: every change of
-        that transaction is then in Kafka."""
+    def wait_captured(self, name: str, marker, timeout_s: float = 120) -> None:
+        """Until the committed offset is past source transaction `marker` (a source
+        module's marker): every change of that transaction is then in Kafka."""
         def done() -> bool:
-            return any(int(o.get("txId") or 0) >= txid for o in self.offsets(name))
-        self._wait(name, f"transaction {txid} not captured", done, timeout_s, interval_s=0.2)
+            return marker.captured_by(self.offsets(name))
+        self._wait(name, f"transaction {marker} not captured", done, timeout_s, interval_s=0.2)
 
 
 def write_secret(dir_: Path, source: str, value: str) -> str:

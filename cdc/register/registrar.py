@@ -8,18 +8,19 @@ import sys
 
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
-from cdc.register.connector import ConnectClient, connector_name, postgres_config, topic_for, write_secret
+from cdc.register.connector import ConnectClient, connector_config, connector_name, topic_for, write_secret
 from cdc.register.topics import ensure_topics
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import ensure_table, mark_snapshotted, snapshot_pending
-from cdc.sources import postgres
+from cdc.sources import module_of, password
 
 
 def register(settings: Settings, selected: list[TableRegistration], wait_snapshot: bool = True) -> None:
     catalog = load_catalog(settings)
     for reg in selected:
-        with postgres.connect(settings, reg.source.name) as conn:
-            src = postgres.describe_table(conn, reg)
+        kind = module_of(settings, reg.source.name)
+        with kind.connect(settings, reg.source.name) as conn:
+            src = kind.describe_table(conn, reg)
         created = ensure_table(catalog, reg, src.columns, src.key, topic_for(reg.source.name, reg))
         print(f"{reg.name}: target {settings.catalog.name}.{reg.target} "
               f"{'created' if created else 'exists'}, key {', '.join(src.key)}")
@@ -40,17 +41,19 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
         secret = src.connector_password_ref
     elif settings.connect.url is None:  # the local worker: secret through its FileConfigProvider
         secret = write_secret(settings.state_dir / "connect" / "secrets", source,
-                              postgres.password(settings, src, source))
+                              password(settings, src, source))
     else:
-        secret = postgres.password(settings, src, source)
+        secret = password(settings, src, source)
         print(f"warning: source {source}: the password goes into the connector config of {settings.connect_url}, "
               f"where its REST API shows it; set sources.{source}.connector_password_ref to a config provider "
               f"reference instead", file=sys.stderr)
-    config = postgres_config(settings, source, tables, secret)
+    config = connector_config(settings, source, tables, secret)
     previous = client.config(name)
     catalog = load_catalog(settings)
-    with postgres.connect(settings, source) as conn:
-        postgres.ensure_signal_table(conn, src.signal_table)
+    kind = module_of(settings, source)
+    with kind.connect(settings, source) as conn:
+        kind.check_binlog(conn, source)
+        kind.ensure_signal_table(conn, src.signal_table)
         ensure_topics(settings.kafka_bootstrap, [topic_for(source, t) for t in tables])
         client.put_config(name, config)
         client.wait_task_config(name, "table.include.list", config["table.include.list"])
@@ -63,8 +66,8 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             # The connector's initial snapshot is behind it: fill these tables incrementally.
             names = sorted(f"{t.source.schema_}.{t.source.table}" for t in pending)
             print(f"connector {name}: incremental snapshot of {', '.join(names)}")
-            txid = postgres.request_incremental_snapshot(conn, src.signal_table, names)
-            client.wait_captured(name, txid & 0xFFFFFFFF)
+            marker = kind.request_incremental_snapshot(conn, src.signal_table, names)
+            client.wait_captured(name, marker)
             client.wait_incremental_snapshot(name)
         for t in pending:
             mark_snapshotted(catalog, t, "incremental" if previous is not None else "initial")

@@ -9,11 +9,11 @@ import time
 from pyiceberg.exceptions import NoSuchTableError
 
 from cdc.config.models import Settings, TableRegistration
-from cdc.planning.position import parse_lsn
+from cdc.planning.position import after_count
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.report.status import table_status
 from cdc.sinks.catalog import load_catalog
-from cdc.sources import postgres
+from cdc.sources import module_of
 
 OK, DRIFT, IN_FLIGHT = "OK", "DRIFT", "IN-FLIGHT"
 
@@ -26,22 +26,15 @@ def verdict(source_rows: int, target_rows: int | None, caught_up: bool, target_p
     return DRIFT if caught_up and not target_past_source else IN_FLIGHT
 
 
-def _source_count(settings: Settings, reg: TableRegistration) -> tuple[int, int, int]:
-    """Rows of the source table and the WAL position they reflect, in one snapshot; then a
+def _source_count(settings: Settings, reg: TableRegistration):
+    """Rows of the source table and the log position they reflect, in one snapshot; then a
     marker transaction (Debezium's `log` signal): once the connector has captured it, every
-    change the count reflects is in Kafka. Returns (rows, position, marker's transaction id)."""
-    with postgres.connect(settings, reg.source.name) as conn:
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        rows, lsn = conn.execute(f"SELECT count(*), pg_current_wal_lsn()::text FROM "
-                                 f"{postgres.qualified(reg)}").fetchone()
-        conn.execute("COMMIT")
-        marker = postgres.write_marker(conn, settings.sources[reg.source.name].signal_table)
-    return int(rows), parse_lsn(lsn), marker & 0xFFFFFFFF
-
-
-def _captured(client: ConnectClient, source: str, txid: int) -> bool:
-    """Whether the source's connector has committed past transaction `txid`."""
-    return any(int(o.get("txId") or 0) >= txid for o in client.offsets(connector_name(source)))
+    change the count reflects is in Kafka. Returns (rows, position, position text, marker)."""
+    kind = module_of(settings, reg.source.name)
+    with kind.connect(settings, reg.source.name) as conn:
+        rows, position, shown = kind.count_at_position(conn, reg)
+        marker = kind.write_marker(conn, settings.sources[reg.source.name].signal_table)
+    return rows, position, shown, marker
 
 
 def _target_count(catalog, reg: TableRegistration) -> int | None:
@@ -53,22 +46,22 @@ def _target_count(catalog, reg: TableRegistration) -> int | None:
 
 def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration,
                     wait_s: float, clock=time.monotonic, sleep=time.sleep) -> dict:
-    source_rows, source_lsn, marker = _source_count(settings, reg)
+    source_rows, source_position, shown, marker = _source_count(settings, reg)
     deadline = clock() + wait_s
     while True:
         status = table_status(settings, catalog, reg)
         target_rows = _target_count(catalog, reg)
         caught_up = status.get("registered", False) and status["lag"] == 0 and \
-            _captured(client, reg.source.name, marker)
+            marker.captured_by(client.offsets(connector_name(reg.source.name)))
         if target_rows == source_rows or caught_up or clock() >= deadline:
             break
         sleep(1.0)
     position = status.get("position")
-    past = bool(position) and int(position[:16], 16) > source_lsn
+    past = bool(position) and after_count(position, source_position)
     return {
         "table": reg.name, "target": status["target"], "status": verdict(source_rows, target_rows, caught_up, past),
         "source_rows": source_rows, "target_rows": target_rows, "difference": (target_rows or 0) - source_rows,
-        "source_position": f"{source_lsn >> 32:X}/{source_lsn & 0xFFFFFFFF:X}",
+        "source_position": shown,
         "target_position": position, "source_commit_time": status.get("source_commit_time"),
         "lag": status.get("lag"), "dead_letters": status.get("dead_letters", 0),
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -65,8 +65,8 @@ def main() -> int:
             round_no = conn.execute("SELECT count(*) FROM shop.customers WHERE id > 10000").fetchone()[0] // 50 + 1
             print(f"applying change burst #{round_no} at the source")
             burst(conn, round_no)
-            txid = postgres.write_marker(conn, settings.sources[source].signal_table)
-        ConnectClient(settings.connect_url).wait_captured(connector_name(source), txid & 0xFFFFFFFF)
+            marker = postgres.write_marker(conn, settings.sources[source].signal_table)
+        ConnectClient(settings.connect_url).wait_captured(connector_name(source), marker)
         print("replicating the burst")
         run(settings, tables, available_now=True)
         rows = reconcile(settings, tables)

@@ -43,7 +43,7 @@ SIMPLE_TYPES = {
     "boolean": BooleanType(), "string": StringType(), "date": DateType(),
     "timestamp_ms": TimestampType(), "timestamp_us": TimestampType(), "timestamptz": TimestamptzType(),
     "binary": BinaryType(), "time_us": StringType(), "time_ms": StringType(), "timetz": StringType(),
-    "interval": StringType(),
+    "interval": StringType(), "duration_us": StringType(), "bits": BinaryType(),
 }
 
 
@@ -51,7 +51,9 @@ def iceberg_type(col: Column, next_id=None):
     """The Iceberg type of a column; `next_id` numbers the element field of a list."""
     if col.kind == "array":
         return ListType(element_id=next_id(), element_type=SIMPLE_TYPES[col.element], element_required=False)
-    return SIMPLE_TYPES.get(col.kind) or DecimalType(col.precision, col.scale)
+    if col.kind == "decimal":
+        return DecimalType(col.precision, col.scale)
+    return SIMPLE_TYPES[col.kind]
 
 
 def build_schema(columns: tuple[Column, ...], key: tuple[str, ...]) -> Schema:

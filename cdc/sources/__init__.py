@@ -1,1 +1,29 @@
-"""Source databases: connection, introspection of tables, and their types."""
+"""Source databases: connection, introspection of tables, and their types. Each kind
+(`postgres`, `mariadb`) is a module with the same functions; `module_of` picks it."""
+from __future__ import annotations
+
+from cdc.config.models import Settings, SourceSettings
+from cdc.errors import ConfigError, SourceError
+
+
+def password(settings: Settings, source: SourceSettings, name: str) -> str:
+    if source.password is not None:
+        return source.password.get_secret_value()
+    if source.password_file is not None:
+        path = settings.path(source.password_file)
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            raise SourceError(f"source {name!r}: password_file {path} does not exist",
+                              hint="start the local stack (`cdc stack up`) or point password_file at the secret")
+    raise ConfigError(f"source {name!r} has neither password nor password_file",
+                      hint="set password: ${SOME_ENV_VAR} or password_file: PATH in cdc.yaml")
+
+
+def module_of(settings: Settings, name: str):
+    """The module of source `name`'s kind."""
+    if settings.sources[name].kind == "mariadb":
+        from cdc.sources import mariadb
+        return mariadb
+    from cdc.sources import postgres
+    return postgres

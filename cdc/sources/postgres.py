@@ -7,23 +7,11 @@ from dataclasses import dataclass, replace
 import psycopg
 import psycopg.sql
 
-from cdc.config.models import Settings, SourceSettings, TableRegistration
+from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError
+from cdc.planning.position import parse_lsn
+from cdc.sources import password
 from cdc.sources.types import Column, postgres_column
-
-
-def password(settings: Settings, source: SourceSettings, name: str) -> str:
-    if source.password is not None:
-        return source.password.get_secret_value()
-    if source.password_file is not None:
-        path = settings.path(source.password_file)
-        try:
-            return path.read_text().strip()
-        except FileNotFoundError:
-            raise SourceError(f"source {name!r}: password_file {path} does not exist",
-                              hint="start the local stack (`cdc stack up`) or point password_file at the secret")
-    raise ConfigError(f"source {name!r} has neither password nor password_file",
-                      hint="set password: ${SOME_ENV_VAR} or password_file: PATH in cdc.yaml")
 
 
 def connect(settings: Settings, name: str) -> psycopg.Connection:
@@ -97,9 +85,23 @@ def ensure_signal_table(conn: psycopg.Connection, signal_table: str) -> None:
         "data varchar(2048))").format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)))
 
 
-def request_incremental_snapshot(conn: psycopg.Connection, signal_table: str, tables: list[str]) -> int:
-    """Ask Debezium for an incremental snapshot of `tables` (schema.table); returns the id
-    of the signalling transaction."""
+@dataclass(frozen=True)
+class TxMarker:
+    """A transaction at the source, by its id (the low 32 bits Debezium records as txId)."""
+
+    txid: int
+
+    def captured_by(self, offsets: list[dict]) -> bool:
+        """Whether a connector offset is at or past this transaction."""
+        return any(int(o.get("txId") or 0) >= self.txid & 0xFFFFFFFF for o in offsets)
+
+    def __str__(self) -> str:
+        return str(self.txid)
+
+
+def request_incremental_snapshot(conn: psycopg.Connection, signal_table: str, tables: list[str]) -> TxMarker:
+    """Ask Debezium for an incremental snapshot of `tables` (schema.table); returns the
+    signalling transaction."""
     import json
     import uuid
 
@@ -108,12 +110,12 @@ def request_incremental_snapshot(conn: psycopg.Connection, signal_table: str, ta
         conn.execute(psycopg.sql.SQL("INSERT INTO {}.{} (id, type, data) VALUES (%s, 'execute-snapshot', %s)")
                      .format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)),
                      (str(uuid.uuid4()), json.dumps({"data-collections": tables, "type": "incremental"})))
-        return conn.execute("SELECT txid_current()").fetchone()[0]
+        return TxMarker(conn.execute("SELECT txid_current()").fetchone()[0])
 
 
-def write_marker(conn: psycopg.Connection, signal_table: str) -> int:
+def write_marker(conn: psycopg.Connection, signal_table: str) -> TxMarker:
     """A transaction Debezium certainly captures (a `log` signal: it only logs a line);
-    once the connector's offset passes it, every earlier change is in Kafka. Returns its id."""
+    once the connector's offset passes it, every earlier change is in Kafka."""
     import uuid
 
     schema, table = _split(signal_table)
@@ -121,7 +123,20 @@ def write_marker(conn: psycopg.Connection, signal_table: str) -> int:
         conn.execute(psycopg.sql.SQL("INSERT INTO {}.{} (id, type, data) VALUES (%s, 'log', %s)")
                      .format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)),
                      (f"cdc-marker-{uuid.uuid4()}", '{"message": "cdc marker"}'))
-        return conn.execute("SELECT txid_current()").fetchone()[0]
+        return TxMarker(conn.execute("SELECT txid_current()").fetchone()[0])
+
+
+def check_binlog(conn: psycopg.Connection, name: str) -> None:
+    """Nothing to check here: Debezium's own start-up tells a missing wal_level=logical."""
+
+
+def count_at_position(conn: psycopg.Connection, reg: TableRegistration) -> tuple[int, tuple[int], str]:
+    """The table's rows and the WAL position they reflect, in one snapshot. Returns
+    (rows, (LSN,), the LSN as text)."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    rows, lsn = conn.execute(f"SELECT count(*), pg_current_wal_lsn()::text FROM {qualified(reg)}").fetchone()
+    conn.execute("COMMIT")
+    return int(rows), (parse_lsn(lsn),), lsn
 
 
 def ident(name: str) -> str:

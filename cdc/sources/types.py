@@ -58,12 +58,21 @@ KINDS: dict[str, tuple[str, str, str]] = {
     # interval.handling.mode=string: ISO-8601 duration text, e.g. P1Y2M3DT4H5M6.789S (exact)
     "interval": ("STRING", "STRING", "{x}"),
     "array": ("ARRAY<{e}>", "ARRAY<{e}>", "{x}"),
+    # MariaDB TIME is a signed duration up to 838:59:59: text [-]HH:MM:SS.ffffff, hours
+    # unbounded (the same text as time_us within a day)
+    "duration_us": ("STRING", "BIGINT", "concat(CASE WHEN {x} < 0 THEN '-' WHEN {x} >= 0 THEN '' END, "
+                                        "format_string('%02d:%02d:%02d.%06d', abs({x}) DIV 3600000000, "
+                                        "abs({x}) DIV 60000000 % 60, abs({x}) DIV 1000000 % 60, abs({x}) % 1000000))"),
+    # MariaDB BIT(n > 1): Debezium sends the bytes least significant first; the target
+    # keeps them as the server shows them, most significant first.
+    "bits": ("BINARY", "STRING", "unhex(array_join(reverse(regexp_extract_all(hex(try_to_binary({x}, 'base64')), "
+                                 "'(..)', 1)), ''))"),
 }
 # Element kinds of arrays (their Spark type is the same on the wire and in the target).
 ARRAY_ELEMENTS = {"int": "INT", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE", "boolean": "BOOLEAN",
                   "string": "STRING"}
 # Conversions that yield null for a value they cannot hold: such a value does not fit.
-MAY_NOT_FIT = ("decimal", "timetz", "timestamptz", "binary")
+MAY_NOT_FIT = ("decimal", "timetz", "timestamptz", "binary", "bits")
 
 _PG_SIMPLE = {
     "smallint": "int", "integer": "int", "bigint": "long",
@@ -222,11 +231,13 @@ UNCONSTRAINED_LENGTH = 131089  # what PostgreSQL reports as the length of a nume
 
 
 def debezium_column(name: str, connect_type: str, logical_name: str | None, params: dict | None,
-                    table: str) -> Column:
+                    table: str, source_kind: str = "postgresql") -> Column:
     """The kind of a column as a change event's schema describes it (a column the target
     does not know yet), always nullable in the target. A ConfigError when unsupported."""
     params = params or {}
     source = params.get("__debezium.source.column.type")
+    if source is not None and source_kind == "mariadb":
+        return _mariadb_debezium_column(name, source, params, table)
     if source is None:
         kind = _CONNECT_KINDS.get(logical_name or "") or _CONNECT_KINDS.get(connect_type)
         if kind is None:
@@ -244,3 +255,65 @@ def debezium_column(name: str, connect_type: str, logical_name: str | None, para
         precision = None if length in (0, UNCONSTRAINED_LENGTH) else length
         return postgres_column(name, data_type, True, precision, scale if precision else None, None, table)
     return postgres_column(name, data_type, True, None, None, scale, table)
+
+
+# MariaDB (information_schema.COLUMNS.DATA_TYPE) -> kind, for types whose kind needs no
+# more than the name. Debezium's MariaDB connector with this project's settings
+# (debezium/mariadb-connector.json) sends each as the wire type of that kind.
+_MARIADB_SIMPLE = {
+    "tinyint": "int", "smallint": "int", "mediumint": "int", "int": "int", "integer": "int", "year": "int",
+    "float": "float", "double": "double", "real": "double",
+    "char": "string", "varchar": "string", "tinytext": "string", "text": "string", "mediumtext": "string",
+    "longtext": "string", "enum": "string", "set": "string", "json": "string",
+    "binary": "binary", "varbinary": "binary", "tinyblob": "binary", "blob": "binary", "mediumblob": "binary",
+    "longblob": "binary", "date": "date", "timestamp": "timestamptz", "time": "duration_us",
+}
+
+
+def mariadb_column(name: str, data_type: str, column_type: str, nullable: bool, numeric_precision: int | None,
+                   numeric_scale: int | None, datetime_precision: int | None, table: str) -> Column:
+    """The kind of one MariaDB column (information_schema terms), or a ConfigError."""
+    if name.startswith(METADATA_PREFIX):
+        raise ConfigError(f"{table}: column {name!r} uses the prefix {METADATA_PREFIX!r} reserved for cdc's "
+                          f"metadata columns", hint="rename the column or leave the table unregistered")
+    data_type, column_type = data_type.lower(), (column_type or data_type).lower()
+    unsigned = "unsigned" in column_type
+    shown = column_type
+    if data_type == "int" and unsigned:
+        return Column(name, "long", nullable, source_type=shown)
+    if data_type == "bigint":
+        if unsigned:  # up to 18446744073709551615 (bigint.unsigned.handling.mode=precise)
+            return Column(name, "decimal", nullable, 20, 0, source_type=shown)
+        return Column(name, "long", nullable, source_type=shown)
+    data_type = {"numeric": "decimal", "dec": "decimal", "fixed": "decimal", "bool": "tinyint",
+                 "boolean": "tinyint"}.get(data_type, data_type)
+    if data_type == "decimal" and numeric_precision is not None and numeric_precision <= 38:
+        return Column(name, "decimal", nullable, numeric_precision, numeric_scale or 0, source_type=shown)
+    if data_type == "bit":
+        return Column(name, "boolean" if (numeric_precision or 1) == 1 else "bits", nullable, source_type=shown)
+    if data_type == "datetime":
+        kind = "timestamp_ms" if (datetime_precision or 0) <= 3 else "timestamp_us"
+        return Column(name, kind, nullable, source_type=shown)
+    if data_type in _MARIADB_SIMPLE:
+        return Column(name, _MARIADB_SIMPLE[data_type], nullable, source_type=shown)
+    if data_type == "uuid":
+        raise ConfigError(f"{table}: column {name!r} has type uuid, whose values Debezium's MariaDB connector "
+                          f"reads wrongly when they end in zero bytes (123e4567-...-426614174000 arrives as "
+                          f"00123e45-...-564266141740), so cdc does not replicate it",
+                          hint="store UUIDs as CHAR(36) or BINARY(16) at the source; see docs/types.md")
+    raise ConfigError(f"{table}: column {name!r} has type {shown!r}, which cdc does not replicate",
+                      hint="see docs/types.md for the supported types; exclude the table or change the column")
+
+
+def _mariadb_debezium_column(name: str, source: str, params: dict, table: str) -> Column:
+    """A MariaDB column from the source type Debezium propagates (`INT UNSIGNED`,
+    `DECIMAL` with length and scale, `DATETIME` with length as its precision)."""
+    length = params.get("__debezium.source.column.length")
+    scale = params.get("__debezium.source.column.scale")
+    data_type = source.split()[0].lower()
+    precision = int(length) if length is not None else None
+    if data_type == "bit" and precision is None:
+        precision = 1
+    return mariadb_column(name, data_type, source.lower(), True, precision,
+                          int(scale) if scale is not None else None,
+                          precision if data_type == "datetime" else None, table)

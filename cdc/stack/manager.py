@@ -6,6 +6,7 @@ import shutil
 from cdc.config.models import Settings
 from cdc.sinks.catalog import pyiceberg_properties
 from cdc.stack.kafka import Connect, Kafka
+from cdc.stack.mariadb import MariaDB
 from cdc.stack.postgres import Postgres
 
 
@@ -15,6 +16,8 @@ class Stack:
         self.settings = settings
         state, cache = settings.state_dir, settings.path(settings.jars_dir)
         self.postgres = Postgres(state, s.postgres_port, s.start_timeout_s)
+        # Unset port: not started; `down` stops one that runs all the same.
+        self.mariadb = MariaDB(state, s.mariadb_port or 0, s.start_timeout_s)
         self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s)
         self.connect = Connect(state, cache, settings.path(settings.debezium_dir) / "connect-worker.properties",
                                s.connect_port, self.kafka.bootstrap, s.connect_heap, s.start_timeout_s)
@@ -25,6 +28,8 @@ class Stack:
             self.settings.path(d).mkdir(parents=True, exist_ok=True)
         self.settings.path(self.settings.catalog.path).parent.mkdir(parents=True, exist_ok=True)
         self.postgres.start()
+        if self.settings.stack.mariadb_port:
+            self.mariadb.start()
         self.kafka.start()
         self.connect.start()
 
@@ -32,12 +37,14 @@ class Stack:
         self.connect.process.stop()
         self.kafka.process.stop()
         self.postgres.stop()
+        self.mariadb.stop()
         if purge:
             shutil.rmtree(self.settings.state_dir, ignore_errors=True)
 
     def status(self) -> dict:
         services = {}
-        for name, svc in (("postgres", self.postgres), ("kafka", self.kafka), ("connect", self.connect)):
+        optional = (("mariadb", self.mariadb),) if self.settings.stack.mariadb_port else ()
+        for name, svc in (("postgres", self.postgres), *optional, ("kafka", self.kafka), ("connect", self.connect)):
             pid = svc.process.pid()
             services[name] = {"pid": pid, "healthy": pid is not None and svc.healthy(),
                               "log": str(svc.process.log_file)}
@@ -45,6 +52,9 @@ class Stack:
             "kafka_bootstrap": self.kafka.bootstrap,
             "connect_url": self.connect.url,
             "postgres_dsn": self.postgres.dsn() if self.postgres.password_file.exists() else None,
+            "mariadb": ({"host": "127.0.0.1", "port": self.mariadb.port, "user": "cdc",
+                         "password_file": str(self.mariadb.password_file)}
+                        if self.settings.stack.mariadb_port else None),
             "catalog": pyiceberg_properties(self.settings),
             "state_dir": str(self.settings.state_dir),
             "services": services,

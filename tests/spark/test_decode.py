@@ -105,3 +105,21 @@ def test_heartbeats_transaction_markers_and_schema_changes_are_ignored(spark):
         t.raw(json.dumps({"schema": {}, "payload": key}).encode(), json.dumps({"schema": {}, "payload": value}).encode())
     rows = decode(spark.createDataFrame(t.take(), KAFKA), (Column("id", "int", nullable=False),), ("id",)).collect()
     assert [(r["_op"], r["_error"]) for r in rows] == [(NON_DATA, None)] * len(NON_DATA_MESSAGES)
+
+
+def test_mariadb_positions_and_durations_match_the_reference(spark):
+    cols = (Column("id", "int", nullable=False), Column("t", "duration_us"), Column("b", "bits"))
+    t = Topic()
+    rows = [("r", "binlog.000009", 7920, 0, 47655123456), ("c", "binlog.000010", 4, 0, -45296000000),
+            ("u", "binlog.000010", 900, 1, 3020399000000), ("u", "binlog.000010", 1000, 0, None)]
+    for op, file, pos, row, micros in rows:
+        t.raw(json.dumps({"schema": {}, "payload": {"id": pos}}).encode(), json.dumps({"schema": {}, "payload": {
+            "op": op, "before": None, "after": {"id": pos, "t": micros, "b": "AQI="},
+            "source": {"file": file, "pos": pos, "row": row, "ts_ms": 1_700_000_000_000}}}).encode())
+    records = t.take()
+    got = decode(spark.createDataFrame(records, KAFKA), cols, ("id",), "mariadb").orderBy("_offset").collect()
+    for rec, row in zip(records, got):
+        assert row["_position"] == envelope.decode(rec[0], rec[1], rec[3], rec[4], ("id",), "mariadb").position
+        assert row["_error"] is None and bytes(row["b"]) == b"\x02\x01"  # most significant byte first
+    assert [r["t"] for r in got] == ["13:14:15.123456", "-12:34:56.000000", "838:59:59.000000", None]
+    assert sorted(got, key=lambda r: r["_position"]) == got  # file 9 < file 10; pos 900 < 1000 as numbers

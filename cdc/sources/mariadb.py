@@ -1,0 +1,172 @@
+"""MariaDB sources: connection from settings, table introspection, the signal table, and
+markers that tell when the connector has captured everything written before them.
+
+In MariaDB a registration's `source.schema` is the database the table lives in."""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, replace
+
+import pymysql
+
+from cdc.config.models import Settings, TableRegistration
+from cdc.errors import ConfigError, SourceError
+from cdc.sources import password
+from cdc.sources.postgres import SourceTable
+from cdc.sources.types import mariadb_column
+
+_BINLOG_INDEX = re.compile(r"\.(\d+)$")
+
+
+def connect(settings: Settings, name: str) -> pymysql.Connection:
+    src = settings.sources[name]
+    try:
+        return pymysql.connect(host=src.host, port=src.port, database=src.database, user=src.user,
+                               password=password(settings, src, name), connect_timeout=10, autocommit=True,
+                               charset="utf8mb4")
+    except pymysql.MySQLError as e:
+        raise SourceError(f"cannot connect to source {name!r} at {src.host}:{src.port}/{src.database}: {e}",
+                          hint="check the source in cdc.yaml and that the database runs") from None
+
+
+def _rows(conn: pymysql.Connection, sql: str, params=()) -> list[tuple]:
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
+
+
+def ident(name: str) -> str:
+    """A MariaDB identifier, quoted."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def qualified(reg: TableRegistration) -> str:
+    return f"{ident(reg.source.schema_)}.{ident(reg.source.table)}"
+
+
+def describe_table(conn: pymysql.Connection, reg: TableRegistration) -> SourceTable:
+    """Columns and key of a registered table; the key is the primary key unless given."""
+    schema, table = reg.source.schema_, reg.source.table
+    where = f"{schema}.{table} (registration {reg.name})"
+    rows = _rows(conn, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE = 'YES', NUMERIC_PRECISION, "
+                       "NUMERIC_SCALE, DATETIME_PRECISION FROM information_schema.COLUMNS "
+                       "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (schema, table))
+    if not rows:
+        raise ConfigError(f"source table {schema}.{table} does not exist in source {reg.source.name!r} "
+                          f"(registration {reg.file})", hint="create the table or fix source.schema/source.table")
+    columns = tuple(mariadb_column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], where) for r in rows)
+    names = [c.name for c in columns]
+    primary_key = tuple(r[0] for r in _rows(
+        conn, "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+              "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION", (schema, table)))
+    if reg.key is not None:
+        missing = [k for k in reg.key if k not in names]
+        if missing:
+            raise ConfigError(f"{reg.file}: key column(s) {missing} are not columns of {schema}.{table}",
+                              hint="columns are: " + ", ".join(names))
+        key = reg.key
+    else:
+        key = primary_key
+        if not key:
+            raise ConfigError(f"{schema}.{table} has no primary key and {reg.file} gives no key",
+                              hint="add a primary key at the source, or list the key columns under `key:`")
+    columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
+    return SourceTable(columns, key)
+
+
+def check_binlog(conn: pymysql.Connection, name: str) -> None:
+    """The server settings Debezium needs: a row-based binary log with full row images."""
+    values = dict(_rows(conn, "SELECT 'log_bin', @@log_bin UNION ALL SELECT 'binlog_format', @@binlog_format "
+                              "UNION ALL SELECT 'binlog_row_image', @@binlog_row_image"))
+    wrong = [f"{k}={values.get(k)} (needs {want})" for k, want in
+             (("log_bin", "1"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL"))
+             if str(values.get(k)).upper() != want]
+    if wrong:
+        raise SourceError(f"source {name!r}: the MariaDB server is not set up for change capture: {', '.join(wrong)}",
+                          hint="start mariadbd with --log-bin --binlog-format=ROW --binlog-row-image=FULL")
+
+
+def _split(qualified_name: str) -> tuple[str, str]:
+    schema, table = qualified_name.split(".")
+    return schema, table
+
+
+def ensure_signal_table(conn: pymysql.Connection, signal_table: str) -> None:
+    """Debezium's signal table (id, type, data), created when missing."""
+    schema, table = _split(signal_table)
+    _rows(conn, f"CREATE TABLE IF NOT EXISTS {ident(schema)}.{ident(table)} (id VARCHAR(64) PRIMARY KEY, "
+                f"type VARCHAR(32) NOT NULL, data VARCHAR(2048)) ENGINE=InnoDB")
+
+
+@dataclass(frozen=True)
+class GtidMarker:
+    """A transaction at the source, by its GTID (domain-server-sequence)."""
+
+    domain: int
+    server: int
+    sequence: int
+
+    def captured_by(self, offsets: list[dict]) -> bool:
+        """Whether a connector offset is past this transaction: its GTID position holds a
+        later sequence in the same domain (the offset names the transaction last completed)."""
+        for o in offsets:
+            for gtid in str(o.get("gtids") or "").split(","):
+                parts = gtid.strip().split("-")
+                if len(parts) == 3 and parts[0].isdigit() and int(parts[0]) == self.domain \
+                        and int(parts[2]) >= self.sequence:
+                    return True
+        return False
+
+    def __str__(self) -> str:
+        return f"{self.domain}-{self.server}-{self.sequence}"
+
+
+def _signal(conn: pymysql.Connection, signal_table: str, id_: str, type_: str, data: dict) -> GtidMarker:
+    """Insert one signal row in a transaction of its own and return that transaction. A
+    second, `log` row follows it: the connector records a transaction as completed in its
+    offset only with a later event, and an idle server sends none for a long while."""
+    schema, table = _split(signal_table)
+    insert = f"INSERT INTO {ident(schema)}.{ident(table)} (id, type, data) VALUES (%s, %s, %s)"
+    with conn.cursor() as cur:
+        cur.execute(insert, (id_, type_, json.dumps(data)))
+        cur.execute("SELECT @@last_gtid")
+        (gtid,) = cur.fetchone()
+        cur.execute(insert, (f"cdc-follow-{uuid.uuid4()}", "log", json.dumps({"message": "cdc marker follow-up"})))
+    domain, server, sequence = (int(x) for x in gtid.split("-"))
+    return GtidMarker(domain, server, sequence)
+
+
+def request_incremental_snapshot(conn: pymysql.Connection, signal_table: str, tables: list[str]) -> GtidMarker:
+    """Ask Debezium for an incremental snapshot of `tables` (database.table)."""
+    return _signal(conn, signal_table, str(uuid.uuid4()), "execute-snapshot",
+                   {"data-collections": tables, "type": "incremental"})
+
+
+def write_marker(conn: pymysql.Connection, signal_table: str) -> GtidMarker:
+    """A transaction Debezium certainly captures (a `log` signal: it only logs a line)."""
+    return _signal(conn, signal_table, f"cdc-marker-{uuid.uuid4()}", "log", {"message": "cdc marker"})
+
+
+def binlog_index(file_name: str) -> int:
+    """The sequence number of a binary log file (`binlog.000042` -> 42)."""
+    m = _BINLOG_INDEX.search(file_name or "")
+    if not m:
+        raise SourceError(f"binary log file name {file_name!r} has no sequence number")
+    return int(m.group(1))
+
+
+def count_at_position(conn: pymysql.Connection, reg: TableRegistration) -> tuple[int, tuple[int, int], str]:
+    """The table's rows and the binary log position they reflect, in one consistent snapshot
+    (MariaDB reports the position of a consistent-snapshot transaction). Returns (rows,
+    (binlog file index, position), the position as text)."""
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        cur.execute(f"SELECT count(*) FROM {qualified(reg)}")
+        (rows,) = cur.fetchone()
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        status = {k.lower(): v for k, v in cur.fetchall()}
+        cur.execute("COMMIT")
+    file_name, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+    return int(rows), (binlog_index(file_name), pos), f"{file_name}:{pos}"
