@@ -19,7 +19,7 @@ from cdc.decoding.spark_decode import NON_DATA, decode
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
-from cdc.planning.merge import (deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
+from cdc.planning.merge import (append_sql, deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
                                 truncate_sql)
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
@@ -226,10 +226,13 @@ class TableApplier:
         before = iceberg_spark.current_snapshot_id(table)
         for k, v in props.items():
             spark.conf.set(SNAPSHOT_PROPERTY + k, v)
+        names, floor = tuple(c.name for c in self.columns), iceberg_spark.properties(table).get(TRUNCATED_AT)
+        if iceberg_spark.holds_no_rows(table):  # a first load (a snapshot's `r` events): a bulk append
+            statement = append_sql(self.target_ref, view, names, floor)
+        else:
+            statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast)
         try:
-            run_with_conflict_retries(lambda: spark.sql(merge_sql(
-                self.target_ref, view, self.key, tuple(c.name for c in self.columns),
-                floor=iceberg_spark.properties(table).get(TRUNCATED_AT), toastable=toast)))
+            run_with_conflict_retries(lambda: spark.sql(statement))
         finally:
             for k in props:
                 spark.conf.unset(SNAPSHOT_PROPERTY + k)

@@ -30,11 +30,8 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
     # (partition, offset) ends the position, so a redelivered event rewrites its own row
     # with the same values; events sharing one LSN still apply in log order across batches.
     newer = "(t._cdc_position IS NULL OR s._position > t._cdc_position)"
-    insert_guard = "(s._deleted_position IS NULL OR s._position > s._deleted_position)"
-    if floor:
-        insert_guard += f" AND s._position > '{check_position(floor)}'"
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
-    assign = [(q(c), f"s.{q(c)}") for c in columns] + [(q(m), f"s.{q(src)}") for m, src in METADATA.items()]
+    assign = _assignments(columns)
     # A toastable column the batch carries no value for keeps the stored one.
     kept = {q(c): f"CASE WHEN s._has_{i} THEN s.{q(c)} ELSE t.{q(c)} END" for i, c in enumerate(toastable)}
     set_clause = ", ".join(f"t.{name} = {kept.get(name, value)}" for name, value in assign
@@ -47,9 +44,31 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
         f"WHEN MATCHED AND s._op = '{TOMBSTONE}' AND s._partition = t._cdc_kafka_partition"
         f" AND s._offset > t._cdc_kafka_offset THEN DELETE\n"
         f"WHEN MATCHED AND s._op IN ('c', 'u', 'r') AND {newer} THEN UPDATE SET {set_clause}\n"
-        f"WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND {insert_guard} "
+        f"WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND {_insert_guard(floor)} "
         f"THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
     )
+
+
+def append_sql(target: str, batch_view: str, columns: tuple[str, ...], floor: str | None = None) -> str:
+    """The batch into an empty target: a bulk append of what the MERGE would insert (no
+    row can match, so there is nothing to update or delete)."""
+    assign = _assignments(columns)
+    return (f"INSERT INTO {target} ({', '.join(name for name, _ in assign)}) "
+            f"SELECT {', '.join(value for _, value in assign)} FROM {q(batch_view)} s "
+            f"WHERE s._op IN ('c', 'u', 'r') AND {_insert_guard(floor)}")
+
+
+def _assignments(columns: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(target column, batch view expression) for the data and `_cdc_*` columns."""
+    return [(q(c), f"s.{q(c)}") for c in columns] + [(q(m), f"s.{q(src)}") for m, src in METADATA.items()]
+
+
+def _insert_guard(floor: str | None) -> str:
+    """A change inserts only when newer than the key's remembered delete and the last truncate."""
+    guard = "(s._deleted_position IS NULL OR s._position > s._deleted_position)"
+    if floor:
+        guard += f" AND s._position > '{check_position(floor)}'"
+    return guard
 
 
 def remember_deletes_sql(deletes: str, batch_view: str, key: tuple[str, ...]) -> str:

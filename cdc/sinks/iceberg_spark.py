@@ -19,6 +19,16 @@ def current_snapshot_id(table) -> int | None:
     return None if snap is None else snap.snapshotId()
 
 
+def holds_no_rows(table) -> bool:
+    """Whether the table has no rows: no snapshot yet, or none in the data files of its
+    current one (Spark writes no equality deletes, so position deletes never add rows)."""
+    snap = table.currentSnapshot()
+    if snap is None:
+        return True
+    total = snap.summary().get("total-records")
+    return total is not None and int(total) == 0
+
+
 def last_committed_summary(table) -> dict[str, str] | None:
     """The summary of the newest snapshot in the current ancestry that carries cdc offsets
     (maintenance commits carry none, so walk back past them)."""

@@ -186,6 +186,25 @@ def test_snapshot_summary_carries_offsets_and_batch_id(h):
     assert summary["cdc.position"].startswith(f"{100:016x}{114:016x}")
 
 
+def test_first_load_is_a_bulk_append_and_a_restarted_snapshot_adds_no_duplicates(h):
+    for i in range(5):  # the initial snapshot (commit LSN unknown), with a delete streamed meanwhile
+        h.topic.change("r", {"id": i, "v": f"snap{i}", "n": i}, None, 100)
+    h.topic.change("d", {"id": 4, "v": "snap4", "n": 4}, 150, 160)
+    h.apply()
+    first = h.snapshots()[-1]
+    assert first.summary.operation.value == "append"  # no MERGE into an empty target
+    assert parse_offsets(first.summary.additional_properties) == {h.topic.name: {0: 6}}
+    assert h.values() == {i: f"snap{i}" for i in range(4)}
+    h.topic.change("u", {"id": 2, "v": "streamed", "n": 2}, 200, 210)
+    for i in range(5):  # the snapshot restarted from scratch after a crash: every row again
+        h.topic.change("r", {"id": i, "v": f"snap{i}", "n": i}, None, 300)
+    h.apply()
+    assert h.snapshots()[-1].summary.operation.value != "append"
+    rows = h.catalog.load_table(h.ident).scan().to_arrow()
+    assert rows.num_rows == len(set(rows.column("id").to_pylist())) == 4  # no duplicates; 4 stays deleted
+    assert h.values() == {0: "snap0", 1: "snap1", 2: "streamed", 3: "snap3"}  # a read never beats a change
+
+
 def test_batch_of_noops_still_records_its_offsets(h):
     h.topic.tombstone({"id": 42})
     h.apply()

@@ -1,6 +1,6 @@
 import pytest
 
-from cdc.planning.merge import forget_deletes_sql, merge_sql, remember_deletes_sql, table_ref, truncate_sql
+from cdc.planning.merge import append_sql, forget_deletes_sql, merge_sql, remember_deletes_sql, table_ref, truncate_sql
 
 
 def test_merge_is_guarded_by_position_and_quotes_identifiers():
@@ -12,6 +12,16 @@ def test_merge_is_guarded_by_position_and_quotes_identifiers():
     assert ("WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND "
             "(s._deleted_position IS NULL OR s._position > s._deleted_position) THEN INSERT") in sql
     assert "s._offset > t._cdc_kafka_offset THEN DELETE" in sql
+
+
+def test_first_load_appends_what_the_merge_would_insert():
+    sql = append_sql("`lake`.`s`.`t`", "batch", ("id", "select"), floor="00ff")
+    assert sql.startswith("INSERT INTO `lake`.`s`.`t` (`id`, `select`, `_cdc_op`,")
+    assert "SELECT s.`id`, s.`select`, s.`_op`," in sql and "FROM `batch` s" in sql
+    assert ("WHERE s._op IN ('c', 'u', 'r') AND (s._deleted_position IS NULL OR "
+            "s._position > s._deleted_position) AND s._position > '00ff'") in sql
+    with pytest.raises(ValueError):
+        append_sql("x", "b", ("id",), floor="0' OR '1'='1")
 
 
 def test_composite_key():
