@@ -169,16 +169,12 @@ class Env:
         assert self.cdc("run", "--available-now", "--table", f"{self.schema}.{table}") == 0
 
 
-@pytest.fixture(scope="session")
-def it_env(stack, spark, settings, tmp_path_factory):
-    suffix = secrets.token_hex(3)
-    source, schema = f"it_{suffix}", f"it_{suffix}"
-    work = tmp_path_factory.mktemp("it")
+def write_config(settings, work: Path, sources: dict) -> Path:
+    """A cdc.yaml in `work` for `sources`, with its own tables directory and checkpoints,
+    on the run's stack and catalog."""
     (work / "tables").mkdir()
     doc = yaml.safe_load((ROOT / "cdc.yaml").read_text())
-    base = dict(doc["sources"]["stack_postgres"])
-    base["password_file"] = str(settings.path(Path(base["password_file"])))
-    doc["sources"] = {source: base}
+    doc["sources"] = sources
     doc["stack"]["state_dir"] = str(settings.state_dir)
     doc["catalog"]["path"] = str(settings.path(settings.catalog.path))
     doc["catalog"]["warehouse"] = str(settings.path(settings.catalog.warehouse))
@@ -188,10 +184,27 @@ def it_env(stack, spark, settings, tmp_path_factory):
     doc["debezium_dir"] = str(settings.path(settings.debezium_dir))
     config = work / "cdc.yaml"
     config.write_text(yaml.safe_dump(doc))
+    return config
+
+
+def postgres_env(stack, settings, work: Path, name: str) -> Env:
+    """A source of the stack's PostgreSQL with a connector, slot, schema and cdc.yaml of
+    its own (`name`, which starts with `it_`)."""
+    base = dict(yaml.safe_load((ROOT / "cdc.yaml").read_text())["sources"]["stack_postgres"])
+    base["password_file"] = str(settings.path(Path(base["password_file"])))
+    config = write_config(settings, work, {name: base})
     env_settings = load_settings(config)
-    env = Env(config, env_settings, source, schema, stack.postgres.dsn(), load_catalog(env_settings))
-    _drop_leftovers(env)
-    env.sql(f'CREATE SCHEMA "{schema}"')
+    env = Env(config, env_settings, name, name, stack.postgres.dsn(), load_catalog(env_settings))
+    env.sql(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
+    return env
+
+
+@pytest.fixture(scope="session")
+def it_env(stack, spark, settings, tmp_path_factory):
+    name = f"it_{secrets.token_hex(3)}"
+    work = tmp_path_factory.mktemp("it")
+    _drop_leftovers(Env(None, settings, "", "", stack.postgres.dsn(), None))
+    env = postgres_env(stack, settings, work, name)
     yield env
     _cleanup(env)
 
@@ -201,20 +214,9 @@ def it_mariadb(stack, spark, settings, tmp_path_factory):
     """The same for the stack's MariaDB: a source and a database of its own."""
     suffix = secrets.token_hex(3)
     source = schema = f"itm_{suffix}"
-    work = tmp_path_factory.mktemp("itm")
-    (work / "tables").mkdir()
-    doc = yaml.safe_load((ROOT / "cdc.yaml").read_text())
-    doc["sources"] = {source: {"kind": "mariadb", "host": "127.0.0.1", "port": stack.mariadb.port, "database": schema,
-                               "user": "cdc", "password_file": str(stack.mariadb.password_file)}}
-    doc["stack"]["state_dir"] = str(settings.state_dir)
-    doc["catalog"]["path"] = str(settings.path(settings.catalog.path))
-    doc["catalog"]["warehouse"] = str(settings.path(settings.catalog.warehouse))
-    doc["spark"]["checkpoint_dir"] = str(work / "checkpoints")
-    doc["tables_dir"] = str(work / "tables")
-    doc["jars_dir"] = str(settings.path(settings.jars_dir))
-    doc["debezium_dir"] = str(settings.path(settings.debezium_dir))
-    config = work / "cdc.yaml"
-    config.write_text(yaml.safe_dump(doc))
+    config = write_config(settings, tmp_path_factory.mktemp("itm"), {source: {
+        "kind": "mariadb", "host": "127.0.0.1", "port": stack.mariadb.port, "database": schema, "user": "cdc",
+        "password_file": str(stack.mariadb.password_file)}})
     import pymysql
 
     admin = pymysql.connect(host="127.0.0.1", port=stack.mariadb.port, user="cdc",
