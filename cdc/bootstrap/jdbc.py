@@ -55,14 +55,15 @@ def read_chunk(spark, settings: Settings, reg: TableRegistration, columns: tuple
     return spark.read.jdbc(url, query, predicates=predicates, properties=opts)
 
 
-def as_target_rows(df: DataFrame, columns: tuple[Column, ...], taken_at) -> DataFrame:
+def as_target_rows(df: DataFrame, columns: tuple[Column, ...], taken_at, strict: bool = True) -> DataFrame:
     """Source rows (in Debezium's wire form) in the target's types, with the metadata of a
-    snapshot read. A value without an exact target value fails the bootstrap, naming it."""
+    snapshot read. A value without an exact target value fails the read, naming it
+    (`strict`), or becomes null (a comparison then finds the row differs)."""
     wire = df.select(*[F.col(q(c.name)).cast(c.wire_type).alias(c.name) for c in columns])
 
     def value(c: Column):
         converted = F.expr(c.convert(q(c.name)))
-        if c.does_not_fit("x"):
+        if strict and c.does_not_fit("x"):
             converted = F.when(F.expr(c.does_not_fit(q(c.name))), F.raise_error(F.concat(
                 F.lit(f"bootstrap: a value of column {c.name} does not fit its type {c.spark_type}: "),
                 F.col(q(c.name))))).otherwise(converted)

@@ -73,8 +73,16 @@ def _reconcile(args) -> int:
     from cdc.report.reconcile import exit_code, format_json, format_text, reconcile
 
     settings = load_settings(args.config)
-    rows = reconcile(settings, load_tables(settings, args.table), wait_s=args.wait)
-    report = format_json(rows) if args.format == "json" else format_text(rows)
+    tables = load_tables(settings, args.table)
+    rows = reconcile(settings, tables, wait_s=args.wait, deep=args.deep, limit=args.limit)
+    if args.format == "html":
+        from cdc.report import history
+        from cdc.report.html import format_html
+        from cdc.sinks.catalog import load_catalog
+
+        report = format_html(rows, history.read(load_catalog(settings), [t.name for t in tables]))
+    else:
+        report = format_json(rows) if args.format == "json" else format_text(rows)
     if args.out:
         from pathlib import Path
 
@@ -129,10 +137,17 @@ def parser() -> argparse.ArgumentParser:
     window.add_argument("--from-position", metavar="POS", help="a _cdc_position value")
     rp.set_defaults(func=_replay)
 
-    rc = sub.add_parser("reconcile", help="source against target row counts per table: OK, DRIFT or IN-FLIGHT "
-                                          "(exit 0 when all OK, 1 otherwise)")
+    rc = sub.add_parser("reconcile", help="source against target row counts (and rows, with --deep) per table: "
+                                          "OK, DRIFT or IN-FLIGHT (exit 0 when all OK, 1 otherwise); every run "
+                                          "is appended to cdc_meta.reconcile_history")
     rc.add_argument("--table", help="only this registered table (default: all)")
-    rc.add_argument("--format", choices=["text", "json"], default="text")
+    rc.add_argument("--format", choices=["text", "json", "html"], default="text",
+                    help="html: one page with each table's counts and lag over the runs kept in the history table")
+    rc.add_argument("--deep", action="store_true",
+                    help="also compare the rows: checksums of key ranges on both sides, bisected down to the keys "
+                         "that differ (PostgreSQL sources; reads the table through Spark)")
+    rc.add_argument("--limit", type=_positive, default=100, metavar="N",
+                    help="with --deep: list at most N differing keys per table (default 100)")
     rc.add_argument("--out", metavar="FILE", help="write the report here instead of standard output")
     rc.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                     help="how long to wait for the target to catch up with the source's position (default 60)")

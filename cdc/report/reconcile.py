@@ -4,16 +4,24 @@ position; OK, DRIFT, or IN-FLIGHT when changes are still in transit."""
 from __future__ import annotations
 
 import json
+import sys
 import time
+import uuid
+from contextlib import contextmanager
 
 from pyiceberg.exceptions import NoSuchTableError
+from pyspark.sql import functions as F
 
 from cdc.config.models import Settings, TableRegistration
+from cdc.errors import ConfigError
 from cdc.planning.position import after_count
 from cdc.register.connector import ConnectClient, connector_name
+from cdc.planning.sql import q
+from cdc.report import history
+from cdc.report.deep import differences
 from cdc.report.status import table_status
 from cdc.sinks.catalog import load_catalog
-from cdc.sources import module_of
+from cdc.sources import module_of, postgres
 
 OK, DRIFT, IN_FLIGHT = "OK", "DRIFT", "IN-FLIGHT"
 
@@ -26,52 +34,123 @@ def verdict(source_rows: int, target_rows: int | None, caught_up: bool, target_p
     return DRIFT if caught_up and not target_past_source else IN_FLIGHT
 
 
-def _source_count(settings: Settings, reg: TableRegistration):
-    """Rows of the source table and the log position they reflect, in one snapshot; then a
-    marker transaction (Debezium's `log` signal): once the connector has captured it, every
-    change the count reflects is in Kafka. Returns (rows, position, position text, marker)."""
+@contextmanager
+def _source_count(settings: Settings, reg: TableRegistration, deep: bool):
+    """Rows of the source table and the log position they reflect, in one snapshot (held
+    open while the block runs with `deep`, to be read again); then a marker transaction
+    (Debezium's `log` signal): once the connector has captured it, every change the count
+    reflects is in Kafka. Yields (rows, position, position text, marker, snapshot or None)."""
     kind = module_of(settings, reg.source.name)
+    if deep:
+        if settings.sources[reg.source.name].kind != "postgresql":
+            raise ConfigError(f"table {reg.name}: --deep reads PostgreSQL sources only; source "
+                              f"{reg.source.name!r} is {settings.sources[reg.source.name].kind}",
+                              hint="reconcile it without --deep (row counts)")
+        with postgres.counted_snapshot(settings, reg) as (rows, position, shown, snapshot):
+            with kind.connect(settings, reg.source.name) as conn:
+                marker = kind.write_marker(conn, settings.sources[reg.source.name].signal_table)
+            yield rows, position, shown, marker, snapshot
+        return
     with kind.connect(settings, reg.source.name) as conn:
         rows, position, shown = kind.count_at_position(conn, reg)
         marker = kind.write_marker(conn, settings.sources[reg.source.name].signal_table)
-    return rows, position, shown, marker
+    yield rows, position, shown, marker, None
 
 
-def _target_count(catalog, reg: TableRegistration) -> int | None:
+def _target_count(catalog, reg: TableRegistration, snapshot_id: int | None) -> int | None:
     try:
-        return catalog.load_table(reg.target).scan().count()
+        table = catalog.load_table(reg.target)
     except NoSuchTableError:
         return None
+    return table.scan(snapshot_id=snapshot_id).count() if snapshot_id is not None else 0
 
 
 def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration,
-                    wait_s: float, clock=time.monotonic, sleep=time.sleep) -> dict:
-    source_rows, source_position, shown, marker = _source_count(settings, reg)
-    deadline = clock() + wait_s
-    while True:
-        status = table_status(settings, catalog, reg)
-        target_rows = _target_count(catalog, reg)
-        caught_up = status.get("registered", False) and status["lag"] == 0 and \
-            marker.captured_by(client.offsets(connector_name(reg.source.name)))
-        if target_rows == source_rows or caught_up or clock() >= deadline:
-            break
-        sleep(1.0)
-    position = status.get("position")
-    past = bool(position) and after_count(position, source_position)
-    return {
-        "table": reg.name, "target": status["target"], "status": verdict(source_rows, target_rows, caught_up, past),
-        "source_rows": source_rows, "target_rows": target_rows, "difference": (target_rows or 0) - source_rows,
-        "source_position": shown,
-        "target_position": position, "source_commit_time": status.get("source_commit_time"),
-        "lag": status.get("lag"), "dead_letters": status.get("dead_letters", 0),
-        "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+                    wait_s: float, deep=None, clock=time.monotonic, sleep=time.sleep) -> dict:
+    """One table's row. `deep(reg, snapshot, target_snapshot_id)`, when given, compares the
+    rows themselves once the target has caught up."""
+    with _source_count(settings, reg, deep is not None) as (source_rows, source_position, shown, marker, snapshot):
+        deadline = clock() + wait_s
+        while True:
+            status = table_status(settings, catalog, reg)
+            target_rows = _target_count(catalog, reg, status.get("snapshot_id"))
+            caught_up = status.get("registered", False) and status["lag"] == 0 and \
+                marker.captured_by(client.offsets(connector_name(reg.source.name)))
+            if (target_rows == source_rows and deep is None) or caught_up or clock() >= deadline:
+                break
+            sleep(1.0)
+        position = status.get("position")
+        past = bool(position) and after_count(position, source_position)
+        state = verdict(source_rows, target_rows, caught_up, past)
+        row = {
+            "table": reg.name, "target": status["target"], "status": state,
+            "source_rows": source_rows, "target_rows": target_rows, "difference": (target_rows or 0) - source_rows,
+            "source_position": shown,
+            "target_position": position, "source_commit_time": status.get("source_commit_time"),
+            "lag": status.get("lag"), "dead_letters": status.get("dead_letters", 0),
+            "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        if deep is not None:
+            if caught_up and not past and target_rows is not None:
+                found = deep(reg, snapshot, status.get("snapshot_id"))
+                row["deep"] = {"compared": True, **found}
+                row["status"] = DRIFT if differences(found) else state
+            else:
+                row["deep"] = {"compared": False, "reason": "the target had not caught up with the source's "
+                               "snapshot, or moved past it, within the wait; run again when changes are fewer, "
+                               "or with a longer --wait"}
+                row["status"] = IN_FLIGHT if state == OK else state
+        return row
 
 
-def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float = 60.0) -> list[dict]:
+def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float = 60.0, deep: bool = False,
+              limit: int = 100) -> list[dict]:
+    """Every table's row; the run is appended to the history table."""
     catalog = load_catalog(settings)
     client = ConnectClient(settings.connect_url)
-    return [reconcile_table(settings, catalog, client, reg, wait_s) for reg in tables]
+    compare_rows = _deep_compare(settings, limit) if deep else None
+    rows = [reconcile_table(settings, catalog, client, reg, wait_s, compare_rows) for reg in tables]
+    history.record(catalog, uuid.uuid4().hex[:12], rows)
+    return rows
+
+
+def _deep_compare(settings: Settings, limit: int):
+    """`deep` for `reconcile_table`: the source read in the count's snapshot against the
+    target at the counted snapshot, in Spark."""
+    from cdc.bootstrap import jdbc
+    from cdc.bootstrap.plan import Chunk
+    from cdc.jobs.runner import load_target
+    from cdc.jobs.session import get_session
+    from cdc.report import deep
+    from cdc.sinks import iceberg_spark
+    from cdc.sinks.iceberg import table_columns
+
+    spark = get_session(settings).newSession()
+
+    def compare(reg: TableRegistration, snapshot, target_snapshot_id: int | None) -> dict:
+        ref, table = load_target(spark, settings, reg)
+        columns, key, _ = table_columns(iceberg_spark.properties(table))
+        with postgres.connect(settings, reg.source.name) as conn:  # columns dropped at the source stay in the target
+            present = {c.name for c in postgres.describe_table(conn, reg).columns}
+        columns = tuple(c for c in columns if c.name in present)
+        names = tuple(c.name for c in columns)
+        target = spark.read.format("iceberg")
+        if target_snapshot_id is not None:
+            target = target.option("snapshot-id", str(target_snapshot_id))
+        target = target.load(ref).select(*[q(n) for n in names])
+        types = {f.name: f.dataType for f in target.schema.fields}
+        partitions = max(2, spark.sparkContext.defaultParallelism * 2)
+        source = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, None, Chunk(), snapshot.name,
+                                                     partitions), columns, snapshot.taken_at, strict=False)
+        source = source.select(*[F.col(q(n)).cast(types[n]).alias(n) for n in names])
+        started = time.monotonic()
+        found = deep.compare(source, target, names, key, limit)
+        print(f"{reg.name}: deep compare of {found['rows']['source']:,} source and {found['rows']['target']:,} "
+              f"target rows in {time.monotonic() - started:.1f}s, {len(found['levels'])} level(s): "
+              f"{deep.differences(found)} key(s) differ", file=sys.stderr)
+        return found
+
+    return compare
 
 
 def exit_code(rows: list[dict]) -> int:
@@ -92,6 +171,24 @@ def format_text(rows: list[dict]) -> str:
                      f"{r['target_rows'] if r['target_rows'] is not None else '-':>12} {r['difference']:>7} "
                      f"{r['lag'] if r['lag'] is not None else '-':>6} {r['dead_letters']:>5}  "
                      f"{r['source_commit_time'] or '-'}")
+        if "deep" in r:
+            lines.extend("  " + line for line in deep_lines(r["deep"]))
     ok = sum(r["status"] == OK for r in rows)
     lines.append(f"{ok} of {len(rows)} table(s) OK")
     return "\n".join(lines)
+
+
+def deep_lines(found: dict) -> list[str]:
+    """A table's --deep result in words: what was compared, and the keys that differ."""
+    if not found["compared"]:
+        return [f"deep: not compared: {found['reason']}"]
+    levels = ", ".join(f"{s['differing']} of {s['ranges']}" for s in found["levels"])
+    lines = [f"deep: {found['rows']['source']:,} source and {found['rows']['target']:,} target rows compared; "
+             f"ranges differing by level: {levels}; {found['missing']} missing in the target, "
+             f"{found['extra']} extra, {found['different']} different"]
+    for k in found["keys"]:
+        lines.append(f"  {k['kind']:9} " + ", ".join(f"{c}={v}" for c, v in k["key"].items()))
+    total = found["missing"] + found["extra"] + found["different"]
+    if total > len(found["keys"]):
+        lines.append(f"  ... {total - len(found['keys'])} more (raise --limit to list them)")
+    return lines

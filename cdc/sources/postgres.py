@@ -171,3 +171,13 @@ def exported_snapshot(settings: Settings, name: str):
         conn.execute("COMMIT")
     finally:
         conn.close()
+
+
+@contextmanager
+def counted_snapshot(settings: Settings, reg: TableRegistration):
+    """`count_at_position` inside an exported snapshot held open while the block runs, so
+    the rows counted can be read again (in parallel, through JDBC). Yields (rows, (LSN,),
+    the LSN as text, the ExportedSnapshot)."""
+    with exported_snapshot(settings, reg.source.name) as snap:
+        (rows,) = snap.conn.execute(f"SELECT count(*) FROM {qualified(reg)}").fetchone()
+        yield int(rows), (parse_lsn(snap.wal_lsn),), snap.wal_lsn, snap

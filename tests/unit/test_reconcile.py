@@ -15,3 +15,41 @@ def test_exit_code_and_text_report():
     assert exit_code([row]) == 0 and exit_code([row, {**row, "status": DRIFT}]) == 1
     text = format_text([row, {**row, "table": "a.c", "status": DRIFT, "target_rows": 2, "difference": -1}])
     assert "a.c" in text and "DRIFT" in text and text.endswith("1 of 2 table(s) OK")
+
+
+def test_bisection_descends_into_the_differing_ranges_until_few_rows_are_left():
+    from cdc.report.deep import LEAF_ROWS, Bisection
+
+    b = Bisection().descend()
+    assert (b.level, b.shift, b.prefixes) == (1, 60, None)
+    assert not b.found([(3, LEAF_ROWS), (11, LEAF_ROWS)])  # too many rows left: one level more
+    b.descend()
+    assert (b.shift, b.prefixes) == (56, [3, 11])
+    assert b.found([(3 * 16 + 2, 40), (11 * 16, 1)])
+    assert b.steps == [{"level": 1, "ranges": 16, "differing": 2, "rows": 2 * LEAF_ROWS},
+                       {"level": 2, "ranges": 32, "differing": 2, "rows": 41}]
+    assert Bisection().descend().found([]) is True  # nothing differs: done at level 1
+
+
+def test_deep_lines_and_html_report():
+    import datetime as dt
+
+    from cdc.report.html import format_html
+    from cdc.report.reconcile import deep_lines
+
+    found = {"compared": True, "rows": {"source": 30, "target": 28}, "levels": [
+        {"level": 1, "ranges": 16, "differing": 2, "rows": 5}], "missing": 2, "extra": 0, "different": 1,
+        "keys": [{"kind": "different", "key": {"id": 3}}, {"kind": "missing", "key": {"id": 28}}], "limit": 2}
+    lines = deep_lines(found)
+    assert "2 missing in the target, 0 extra, 1 different" in lines[0]
+    assert lines[1].split() == ["different", "id=3"] and "1 more" in lines[-1]
+    row = {"table": "a.<b>", "status": DRIFT, "source_rows": 30, "target_rows": 28, "difference": -2, "lag": 0,
+           "dead_letters": 0, "source_position": "0/1", "target_position": None, "source_commit_time": None,
+           "checked_at": "2026-01-01T00:00:00Z", "deep": found}
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    runs = [{"checked_at": t0 + dt.timedelta(hours=i), "status": s, "source_rows": 30, "target_rows": n, "lag": lag}
+            for i, (s, n, lag) in enumerate([(OK, 30, 0), (IN_FLIGHT, 29, 4), (DRIFT, 28, 0)])]
+    page = format_html([row], {"a.<b>": runs})
+    assert page.startswith("<!DOCTYPE html>") and "a.&lt;b&gt;" in page and "a.<b>" not in page
+    assert page.count("<polyline") == 3 and page.count("<circle") == 3 and "3 run(s)" in page
+    assert "missing: id=28" in page and "0 of 1 table(s) OK" in page
