@@ -3,6 +3,7 @@ position it reflects) against the target's, once the target has caught up with t
 position; OK, DRIFT, or IN-FLIGHT when changes are still in transit."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 import time
@@ -88,7 +89,7 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
             "source_position": shown,
             "target_position": position, "source_commit_time": status.get("source_commit_time"),
             "lag": status.get("lag"), "dead_letters": status.get("dead_letters", 0),
-            "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "checked_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         }
         if deep is not None:
             if caught_up and not past and target_rows is not None:
@@ -134,10 +135,8 @@ def _deep_compare(settings: Settings, limit: int):
             present = {c.name for c in postgres.describe_table(conn, reg).columns}
         columns = tuple(c for c in columns if c.name in present)
         names = tuple(c.name for c in columns)
-        target = spark.read.format("iceberg")
-        if target_snapshot_id is not None:
-            target = target.option("snapshot-id", str(target_snapshot_id))
-        target = target.load(ref).select(*[q(n) for n in names])
+        at = f" VERSION AS OF {int(target_snapshot_id)}" if target_snapshot_id is not None else ""
+        target = spark.sql(f"SELECT {', '.join(q(n) for n in names)} FROM {ref}{at}")
         types = {f.name: f.dataType for f in target.schema.fields}
         partitions = max(2, spark.sparkContext.defaultParallelism * 2)
         source = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, None, Chunk(), snapshot.name,

@@ -334,7 +334,7 @@ def test_bad_records_are_set_aside_and_every_valid_change_applies(env):
     assert row["dead_letters"] == 3 and row["lag"] == 0
 
 
-def test_reconcile_reports_ok_in_flight_and_drift(env, capsys):
+def test_reconcile_reports_ok_in_flight_and_drift(env, spark, capsys):
     import json
 
     s = env.schema
@@ -353,7 +353,29 @@ def test_reconcile_reports_ok_in_flight_and_drift(env, capsys):
     env.replicate("audited")
     assert env.cdc("reconcile", "--table", name, "--wait", "30") == 0
     assert " OK " in capsys.readouterr().out
+    assert env.cdc("reconcile", "--table", name, "--deep", "--format", "json", "--wait", "30") == 0
+    (row,) = json.loads(capsys.readouterr().out)["tables"]
+    assert row["status"] == "OK" and row["deep"]["compared"] and row["deep"]["rows"] == {"source": 25, "target": 25}
     env.catalog.load_table(f"{s}.audited").delete("id >= 28")  # behind the engine's back
     assert env.cdc("reconcile", "--table", name, "--format", "json", "--wait", "30") == 1
     (row,) = json.loads(capsys.readouterr().out)["tables"]
     assert (row["status"], row["source_rows"], row["target_rows"]) == ("DRIFT", 25, 22)
+    assert env.cdc("reconcile", "--table", name, "--deep", "--format", "json", "--wait", "30") == 1
+    (row,) = json.loads(capsys.readouterr().out)["tables"]
+    assert [(k["kind"], k["key"]) for k in row["deep"]["keys"]] == [("missing", {"id": i}) for i in (28, 29, 30)]
+    # One value changed behind the engine's back: the counts agree, --deep finds the row.
+    env.sql(f'DELETE FROM "{s}".audited WHERE id >= 28')
+    env.replicate("audited", env.marker())
+    spark.sql(f"UPDATE {env.settings.catalog.name}.{s}.audited SET v = 'tampered' WHERE id = 12")
+    assert env.cdc("reconcile", "--table", name, "--wait", "30") == 0
+    assert env.cdc("reconcile", "--table", name, "--deep", "--wait", "30") == 1
+    out = capsys.readouterr().out
+    assert "0 missing in the target, 0 extra, 1 different" in out and "different id=12" in " ".join(out.split())
+    html = env.settings.state_dir / f"reconcile-{s}.html"
+    assert env.cdc("reconcile", "--table", name, "--format", "html", "--out", str(html), "--wait", "30") == 0
+    page = html.read_text()
+    assert page.count("<svg") == 1 and "<polyline" in page and "DRIFT" in page and name in page
+    runs = sorted((r for r in env.catalog.load_table("cdc_meta.reconcile_history").scan().to_arrow().to_pylist()
+                   if r["table_name"] == name), key=lambda r: r["checked_at"])
+    assert [r["status"] for r in runs] == ["OK", "IN-FLIGHT", "OK", "OK", "DRIFT", "DRIFT", "OK", "DRIFT", "OK"]
+    assert runs[-3]["deep_different"] is None and runs[-2]["deep_different"] == 1
