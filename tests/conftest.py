@@ -187,10 +187,10 @@ def write_config(settings, work: Path, sources: dict) -> Path:
     return config
 
 
-def postgres_env(stack, settings, work: Path, name: str) -> Env:
+def postgres_env(stack, settings, work: Path, name: str, **source) -> Env:
     """A source of the stack's PostgreSQL with a connector, slot, schema and cdc.yaml of
-    its own (`name`, which starts with `it_`)."""
-    base = dict(yaml.safe_load((ROOT / "cdc.yaml").read_text())["sources"]["stack_postgres"])
+    its own (`name`, which starts with `it_`); `source` adds settings (`format="avro"`)."""
+    base = dict(yaml.safe_load((ROOT / "cdc.yaml").read_text())["sources"]["stack_postgres"], **source)
     base["password_file"] = str(settings.path(Path(base["password_file"])))
     config = write_config(settings, work, {name: base})
     env_settings = load_settings(config)

@@ -18,7 +18,8 @@ def _stack(args) -> int:
         stack.up()
         print(f"stack up: kafka {stack.kafka.bootstrap}, connect {stack.connect.url}, "
               f"postgres 127.0.0.1:{stack.postgres.port}"
-              + (f", mariadb 127.0.0.1:{stack.mariadb.port}" if stack.settings.stack.mariadb_port else ""))
+              + (f", mariadb 127.0.0.1:{stack.mariadb.port}" if stack.settings.stack.mariadb_port else "")
+              + (f", schema registry {stack.registry.url}" if stack.settings.stack.registry_port else ""))
     elif args.action == "down":
         stack.down(purge=args.purge)
         print("stack down" + (" (state purged)" if args.purge else ""))

@@ -33,8 +33,11 @@ class StackSettings(Frozen):
     postgres_port: int = Field(15432, ge=1, le=65535)
     # MariaDB runs only when a port is set (a MariaDB source on the local stack).
     mariadb_port: int | None = Field(None, ge=1, le=65535)
+    # The schema registry runs only when a port is set (a source with `format: avro`).
+    registry_port: int | None = Field(None, ge=1, le=65535)
     kafka_heap: str = "512m"
     connect_heap: str = "768m"
+    registry_heap: str = "384m"
     start_timeout_s: int = Field(180, ge=5)
 
 
@@ -46,12 +49,29 @@ class ConnectSettings(Frozen):
     url: str | None = None  # None: the local stack's Connect REST API
 
 
+# The local stack's registry (Apicurio): its Confluent-compatible API and its own.
+REGISTRY_CONFLUENT_API, REGISTRY_NATIVE_API = "/apis/ccompat/v7", "/apis/registry/v2"
+
+
+class SchemaRegistrySettings(Frozen):
+    """The Confluent-compatible schema registry of sources with `format: avro`. Unset: the
+    local stack's (`stack.registry_port`)."""
+
+    url: str | None = None  # its Confluent-compatible API, where cdc reads writer schemas by id
+    # What the converter template (debezium/avro-converter.json) gets as {converter_url}:
+    # for the local stack's Apicurio registry, its native API; for a Confluent registry, `url`.
+    converter_url: str | None = None
+
+
 class SourceSettings(Frozen):
     """A source database Debezium captures (PostgreSQL or MariaDB). The password comes from
     the environment (`password: ${PGPASSWORD}`) or a file (`password_file`), never from
     this file."""
 
     kind: Literal["postgresql", "mariadb"] = "postgresql"
+    # How the connector writes change events: JSON with schemas, or Confluent's Avro wire
+    # format through the schema registry (debezium/avro-converter.json).
+    format: Literal["json", "avro"] = "json"
     host: str = "127.0.0.1"
     port: int = Field(5432, ge=1, le=65535)
     # The database as Kafka Connect reaches it, when that differs (containers, proxies).
@@ -134,6 +154,7 @@ class Settings(Frozen):
     kafka: KafkaSettings = KafkaSettings()
     connect: ConnectSettings = ConnectSettings()
     sources: dict[str, SourceSettings] = {}
+    schema_registry: SchemaRegistrySettings = SchemaRegistrySettings()
     catalog: CatalogSettings = CatalogSettings()
     spark: SparkSettings = SparkSettings()
     tables_dir: Path = Path("tables")
@@ -162,6 +183,27 @@ class Settings(Frozen):
     @property
     def connect_url(self) -> str:
         return (self.connect.url or f"http://127.0.0.1:{self.stack.connect_port}").rstrip("/")
+
+    @property
+    def registry_url(self) -> str | None:
+        """The schema registry's Confluent-compatible API (None: there is none)."""
+        if self.schema_registry.url:
+            return self.schema_registry.url.rstrip("/")
+        return f"http://127.0.0.1:{self.stack.registry_port}{REGISTRY_CONFLUENT_API}" if self.stack.registry_port else None
+
+    @property
+    def registry_converter_url(self) -> str | None:
+        if self.schema_registry.converter_url or self.schema_registry.url:
+            return (self.schema_registry.converter_url or self.schema_registry.url).rstrip("/")
+        return f"http://127.0.0.1:{self.stack.registry_port}{REGISTRY_NATIVE_API}" if self.stack.registry_port else None
+
+    @model_validator(mode="after")
+    def _registry_for_avro(self) -> "Settings":
+        avro = sorted(name for name, s in self.sources.items() if s.format == "avro")
+        if avro and self.registry_url is None:
+            raise ValueError(f"source(s) {', '.join(avro)} have format avro, which needs a schema registry: set "
+                             f"stack.registry_port (the local stack's) or schema_registry.url")
+        return self
 
 
 class SourceRef(Frozen):

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from cdc.control import commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
+from cdc.decoding import avro
 from cdc.decoding.spark_decode import NON_DATA, decode
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
@@ -73,6 +74,7 @@ class TableApplier:
     evolve_schema: bool = True  # follow the columns the events' schemas describe
     dead_letters_ref: str | None = None
     source_kind: str = "postgresql"  # how the events' source block gives their position
+    registry: avro.SchemaRegistry | None = None  # set when the topic is in Confluent's Avro wire format
 
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
@@ -98,7 +100,8 @@ class TableApplier:
             batch = batch.where(~seen)
         if self.evolve_schema:
             self._evolve(spark, table, batch)
-        events = decode(batch, self.columns, self.key, self.source_kind)
+        envelopes = batch if self.registry is None else avro.to_json_envelopes(batch, self.registry)
+        events = decode(envelopes, self.columns, self.key, self.source_kind)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = events.persist()
@@ -111,15 +114,18 @@ class TableApplier:
         """Design rule 7 before the batch is decoded: new source columns are added to the
         target, safe widenings applied; anything else stops the job (planning/schema.py).
         The schemas read are those of each partition's newest record in the batch."""
-        newest = (batch.where(F.col("value").isNotNull()).groupBy("partition")
-                  .agg(F.max_by("value", "offset").alias("value")))
-        schemas = newest.select(F.expr(
-            f"filter(from_json(CAST(value AS STRING), '{EVENT_SCHEMA}').schema.fields, f -> f.field = 'after')[0]"
-            f".fields").alias("fields")).collect()
+        if self.registry is not None:
+            schemas = [avro.row_fields(text) for text in avro.newest_value_schemas(batch, self.registry)]
+        else:
+            newest = (batch.where(F.col("value").isNotNull()).groupBy("partition")
+                      .agg(F.max_by("value", "offset").alias("value")))
+            schemas = [row["fields"] or [] for row in newest.select(F.expr(
+                f"filter(from_json(CAST(value AS STRING), '{EVENT_SCHEMA}').schema.fields, f -> f.field = 'after')[0]"
+                f".fields").alias("fields")).collect()]
         known = {c.name for c in self.columns}
         seen = []
-        for row in schemas:
-            for f in row["fields"] or []:
+        for fields in schemas:
+            for f in fields:
                 params = f["parameters"] or {}
                 if f["field"] in known and "__debezium.source.column.type" not in params:
                     continue  # without the source type only new columns are told

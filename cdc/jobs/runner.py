@@ -18,6 +18,7 @@ from cdc.control import commits, jobstate
 from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
 from cdc.control.gaps import REFILL, check_offsets_available
 from cdc.control.replay import window as replay_window
+from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError, DependencyError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
@@ -92,11 +93,23 @@ def _query(spark, settings: Settings, reg: TableRegistration, target: Target, ch
                            dead_letters_ref=dead_letters_ref(settings.catalog.name, reg.target),
                            deletes_ref=deletes_ref(settings.catalog.name, reg.target),
                            delete_horizon_hours=reg.options.delete_horizon_hours,
-                           source_kind=settings.sources[reg.source.name].kind).prepare(spark)
+                           source_kind=settings.sources[reg.source.name].kind,
+                           registry=registry_of(settings, reg)).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
               .option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="2 seconds")
     return writer.start()
+
+
+_registries: dict[str, SchemaRegistry] = {}
+
+
+def registry_of(settings: Settings, reg: TableRegistration) -> SchemaRegistry | None:
+    """The schema registry client of a table whose source writes Avro (one per URL, so its
+    cache of schemas is shared), else None."""
+    if settings.sources[reg.source.name].format != "avro":
+        return None
+    return _registries.setdefault(settings.registry_url, SchemaRegistry(settings.registry_url))
 
 
 def start_query(spark, settings: Settings, reg: TableRegistration, available_now: bool):

@@ -11,6 +11,9 @@ import requests
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConnectorError, DependencyError
 
+AVRO_CONVERTER = "avro-converter.json"  # the converter keys of a source with `format: avro`
+
+
 def connector_name(source: str) -> str:
     return f"cdc-{source}"
 
@@ -45,6 +48,10 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
         values.update(slot_name=src.slot_name or f"cdc_{source}",
                       publication_name=src.publication_name or f"cdc_{source}")
     doc = json.loads((settings.path(settings.debezium_dir) / template).read_text())
+    if src.format == "avro":  # the converter keys of the template, replaced
+        doc = {k: v for k, v in doc.items() if not k.startswith(("key.converter", "value.converter"))}
+        doc.update(json.loads((settings.path(settings.debezium_dir) / AVRO_CONVERTER).read_text()))
+        values["registry_url"] = settings.registry_converter_url
     config = {k: v.format(**values) if isinstance(v, str) else v for k, v in doc.items()}
     # Registrations that name their key: Debezium keys those tables' records by it.
     explicit = sorted(f"{t.source.schema_}.{t.source.table}:{','.join(t.key)}" for t in tables if t.key)

@@ -8,6 +8,7 @@ from cdc.sinks.catalog import pyiceberg_properties
 from cdc.stack.kafka import Connect, Kafka
 from cdc.stack.mariadb import MariaDB
 from cdc.stack.postgres import Postgres
+from cdc.stack.registry import SchemaRegistry
 
 
 class Stack:
@@ -18,6 +19,7 @@ class Stack:
         self.postgres = Postgres(state, s.postgres_port, s.start_timeout_s)
         # Unset port: not started; `down` stops one that runs all the same.
         self.mariadb = MariaDB(state, s.mariadb_port or 0, s.start_timeout_s)
+        self.registry = SchemaRegistry(state, cache, s.registry_port or 0, s.registry_heap, s.start_timeout_s)
         self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s)
         self.connect = Connect(state, cache, settings.path(settings.debezium_dir) / "connect-worker.properties",
                                s.connect_port, self.kafka.bootstrap, s.connect_heap, s.start_timeout_s)
@@ -30,12 +32,15 @@ class Stack:
         self.postgres.start()
         if self.settings.stack.mariadb_port:
             self.mariadb.start()
+        if self.settings.stack.registry_port:
+            self.registry.start()
         self.kafka.start()
         self.connect.start()
 
     def down(self, purge: bool = False) -> None:
         self.connect.process.stop()
         self.kafka.process.stop()
+        self.registry.process.stop()
         self.postgres.stop()
         self.mariadb.stop()
         if purge:
@@ -43,7 +48,8 @@ class Stack:
 
     def status(self) -> dict:
         services = {}
-        optional = (("mariadb", self.mariadb),) if self.settings.stack.mariadb_port else ()
+        optional = ((("mariadb", self.mariadb),) if self.settings.stack.mariadb_port else ()) + \
+            ((("registry", self.registry),) if self.settings.stack.registry_port else ())
         for name, svc in (("postgres", self.postgres), *optional, ("kafka", self.kafka), ("connect", self.connect)):
             pid = svc.process.pid()
             services[name] = {"pid": pid, "healthy": pid is not None and svc.healthy(),
@@ -55,6 +61,7 @@ class Stack:
             "mariadb": ({"host": "127.0.0.1", "port": self.mariadb.port, "user": "cdc",
                          "password_file": str(self.mariadb.password_file)}
                         if self.settings.stack.mariadb_port else None),
+            "schema_registry_url": self.registry.url if self.settings.stack.registry_port else None,
             "catalog": pyiceberg_properties(self.settings),
             "state_dir": str(self.settings.state_dir),
             "services": services,

@@ -1,0 +1,132 @@
+"""Topics in Confluent's Avro wire format: a zero magic byte, the writer schema's id in 4
+bytes (big-endian), then the Avro binary encoding.
+
+In Spark, each record is decoded with its own writer schema (`from_avro`, once per
+schema id in the batch, each fetched once from the registry's Confluent-compatible API)
+and turned into the JSON envelope `spark_decode` reads, so both formats share one set of
+rules. A record that is not in this format, or whose schema the registry does not know,
+becomes a text that is no envelope: it goes to the dead letters like any bad record.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import requests
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+from cdc.errors import DependencyError
+
+HEADER_BYTES = 5
+NOT_AVRO = "not a Confluent Avro record"
+UNKNOWN = -1  # the schema id of a record the registry has no schema for
+
+
+class SchemaRegistry:
+    """Writer schemas by id from a Confluent-compatible registry (`GET /schemas/ids/<id>`),
+    cached for the life of the process (a schema id never changes meaning)."""
+
+    def __init__(self, url: str, timeout_s: float = 15):
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._schemas: dict[int, str | None] = {}
+        self._lock = threading.Lock()
+
+    def schema(self, schema_id: int) -> str | None:
+        """The schema's JSON text, or None when the registry has no schema of that id."""
+        with self._lock:
+            if schema_id in self._schemas:
+                return self._schemas[schema_id]
+        try:
+            r = requests.get(f"{self.url}/schemas/ids/{int(schema_id)}", timeout=self.timeout_s)
+        except requests.RequestException as e:
+            raise DependencyError(f"the schema registry at {self.url} is unreachable: {e}",
+                                  hint="start it (`cdc stack up`) or set schema_registry.url in cdc.yaml") from None
+        if r.status_code == 404:
+            text = None
+        elif r.ok:
+            text = r.json()["schema"]
+        else:
+            raise DependencyError(f"the schema registry at {self.url} answered HTTP {r.status_code} for schema "
+                                  f"{schema_id}: {r.text[:300]}")
+        with self._lock:
+            self._schemas[schema_id] = text
+        return text
+
+
+def schema_id(col: str) -> SparkColumn:
+    """The writer schema id of a record in the wire format; null for anything else."""
+    c = F.col(col)
+    framed = (F.length(c) > HEADER_BYTES - 1) & (F.substring(c, 1, 1) == F.lit(bytes([0])))
+    return F.when(framed, F.conv(F.hex(F.substring(c, 2, 4)), 16, 10).cast("bigint"))
+
+
+def batch_schema_ids(batch: DataFrame) -> set[int]:
+    """The schema ids of the batch's keys and values (one small aggregation)."""
+    rows = batch.select(F.explode(F.array(schema_id("key"), schema_id("value"))).alias("id")) \
+        .where(F.col("id").isNotNull()).distinct().collect()
+    return {int(r["id"]) for r in rows}
+
+
+def _as_envelope(col: str, schemas: dict[int, str]) -> SparkColumn:
+    """`{"payload": <the record as JSON>}`, null for a null record, NOT_AVRO for a record
+    that cannot be decoded."""
+    ids, payload = schema_id(col), F.expr(f"substring({col}, {HEADER_BYTES + 1})")
+    decoded = F.lit(None).cast("string")
+    for sid, text in schemas.items():
+        record = from_avro(payload, text, {"mode": "PERMISSIVE"})
+        decoded = F.when(ids == F.lit(sid), F.to_json(record)).otherwise(decoded)
+    # A body that does not fit its schema decodes (PERMISSIVE) to null or to a record of nulls.
+    return (F.when(F.col(col).isNull(), F.lit(None).cast("string"))
+            .when(decoded.isNotNull() & (decoded != F.lit("{}")), F.concat(F.lit('{"payload":'), decoded, F.lit("}")))
+            .otherwise(F.lit(NOT_AVRO)))
+
+
+def to_json_envelopes(batch: DataFrame, registry: SchemaRegistry) -> DataFrame:
+    """The batch with `key` and `value` as JSON envelopes (text), decoded per writer schema."""
+    schemas = {sid: text for sid in sorted(batch_schema_ids(batch)) if (text := registry.schema(sid)) is not None}
+    return batch.withColumn("key", _as_envelope("key", schemas)).withColumn("value", _as_envelope("value", schemas))
+
+
+def newest_value_schemas(batch: DataFrame, registry: SchemaRegistry) -> list[str]:
+    """The writer schemas of each partition's newest value in the batch."""
+    newest = (batch.where(schema_id("value").isNotNull()).groupBy("partition")
+              .agg(F.max_by(schema_id("value"), "offset").alias("id")).collect())
+    return [text for r in newest if (text := registry.schema(int(r["id"]))) is not None]
+
+
+# Avro primitive -> Kafka Connect schema type (Confluent's AvroData; `connect.type` refines int).
+_CONNECT_TYPES = {"int": "int32", "long": "int64", "float": "float32", "double": "float64", "boolean": "boolean",
+                  "string": "string", "bytes": "bytes", "array": "array", "record": "struct", "map": "map",
+                  "enum": "string", "fixed": "bytes"}
+
+
+def row_fields(schema_text: str) -> list[dict]:
+    """The fields of an envelope schema's row as a JSON converter's schema gives them:
+    field, type (Connect's), name (the logical type) and parameters. The row's record is
+    defined where first used (`before`); later uses name it only."""
+    envelope = json.loads(schema_text)
+    rows = [_non_null(f["type"]) for f in (envelope.get("fields", []) if isinstance(envelope, dict) else [])
+            if f.get("name") in ("before", "after")]
+    row = next((r for r in rows if isinstance(r, dict) and r.get("type") == "record"), None)
+    if row is None:
+        return []
+    out = []
+    for f in row.get("fields", []):
+        t = _non_null(f["type"])
+        t = t if isinstance(t, dict) else {"type": t}
+        connect = t.get("connect.type") or _CONNECT_TYPES.get(t["type"], t["type"])
+        out.append({"field": f["name"], "type": connect, "name": t.get("connect.name"),
+                    "parameters": t.get("connect.parameters") or {}})
+    return out
+
+
+def _non_null(t):
+    """The type of an optional field (Avro union with null)."""
+    if isinstance(t, list):
+        rest = [x for x in t if x != "null"]
+        return rest[0] if len(rest) == 1 else t
+    return t

@@ -1,0 +1,95 @@
+"""Debezium with the Avro converter and the stack's schema registry: Confluent's wire
+format decoded per writer schema id in Spark, through a schema change; bad records in an
+Avro topic go to the dead letters. Every type of the JSON suite, compared row for row."""
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import fastavro
+import pytest
+import requests
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.conftest import _cleanup, end_offset, postgres_env
+from tests.integration.test_end_to_end import ALL_TYPES, FLOAT32, ROW, create_mood
+
+
+@pytest.fixture(scope="module")
+def aenv(it_env, stack, settings, tmp_path_factory):
+    env = postgres_env(stack, settings, tmp_path_factory.mktemp("avro"), it_env.source + "a", format="avro")
+    create_mood(env)
+    env.sql(ALL_TYPES.format(s=env.schema))
+    env.sql(f'INSERT INTO "{env.schema}".all_types VALUES ' + ", ".join(ROW.format(id=i, s=env.schema)
+                                                                    for i in range(1, 31)))
+    env.sql(f'INSERT INTO "{env.schema}".all_types (id) VALUES (1000)')
+    env.register_table("all_types")
+    assert env.cdc("register") == 0
+    yield env
+    _cleanup(env)
+
+
+def records(env, topic: str) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of a topic, raw."""
+    consumer = Consumer({"bootstrap.servers": env.settings.kafka_bootstrap, "group.id": "cdc-test-avro",
+                         "enable.auto.commit": False})
+    end = end_offset(env, topic)
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    while len(out) < end:
+        msg = consumer.poll(10)
+        assert msg is not None, f"topic {topic}: {len(out)} of {end} records read"
+        out.append((msg.key(), msg.value()))
+    consumer.close()
+    return out
+
+
+def decode_with_fastavro(env, value: bytes) -> dict:
+    """A second reader of the wire format: the writer schema from the registry, fastavro."""
+    assert value[0] == 0
+    (schema_id,) = struct.unpack(">I", value[1:5])
+    text = requests.get(f"{env.settings.registry_url}/schemas/ids/{schema_id}", timeout=10).json()["schema"]
+    schema = fastavro.parse_schema(json.loads(text))
+    return {"schema_id": schema_id, **fastavro.schemaless_reader(io.BytesIO(value[5:]), schema)}
+
+
+def test_every_type_through_avro_and_a_schema_change(aenv):
+    s = aenv.schema
+    topic = f"{aenv.source}.{s}.all_types"
+    aenv.replicate("all_types", aenv.marker())
+    assert aenv.assert_equal("all_types", float32=FLOAT32) == 31
+    aenv.replicate("all_types", aenv.transaction(
+        f'UPDATE "{s}".all_types SET name = \'renamed\', amount = -0.01, flag = NULL WHERE id <= 5',
+        f'DELETE FROM "{s}".all_types WHERE id BETWEEN 10 AND 14',
+        f'INSERT INTO "{s}".all_types VALUES ' + ", ".join(ROW.format(id=i, s=s) for i in range(100, 105))))
+    assert aenv.assert_equal("all_types", float32=FLOAT32) == 31 - 5 + 5
+    # A new column mid-stream: a new writer schema; events before and after it in one batch.
+    before_alter = aenv.transaction(f'UPDATE "{s}".all_types SET i = -1 WHERE id = 1')
+    aenv.sql(f'ALTER TABLE "{s}".all_types ADD COLUMN note text')
+    aenv.replicate("all_types", max(before_alter, aenv.transaction(
+        f'UPDATE "{s}".all_types SET note = \'with note\' WHERE id <= 3',
+        f'INSERT INTO "{s}".all_types (id, note) VALUES (2000, \'new row\')')))
+    assert aenv.assert_equal("all_types", float32=FLOAT32) == 32
+    values = [v for _, v in records(aenv, topic) if v is not None]
+    first, last = decode_with_fastavro(aenv, values[0]), decode_with_fastavro(aenv, values[-1])
+    assert first["schema_id"] != last["schema_id"] and "note" not in first["after"]
+    assert last["after"]["note"] == "new row" and last["op"] == "c"
+
+
+def test_bad_records_in_an_avro_topic_go_to_the_dead_letters(aenv):
+    s = aenv.schema
+    topic = f"{aenv.source}.{s}.all_types"
+    key, value = next(kv for kv in reversed(records(aenv, topic)) if kv[1] is not None)
+    first = end_offset(aenv, topic)
+    bad = [b"plain garbage", b"\x00\x7f\xff\xff\xf0 an id the registry does not know",
+           value[:5] + b"\xff" * 7]  # a known writer schema, a body that is not of it
+    producer = Producer({"bootstrap.servers": aenv.settings.kafka_bootstrap})
+    for value in bad:
+        producer.produce(topic, key=key, value=value)
+    producer.flush(30)
+    aenv.replicate("all_types", aenv.transaction(f'UPDATE "{s}".all_types SET note = \'after bad\' WHERE id = 2'))
+    assert aenv.assert_equal("all_types", float32=FLOAT32) == 32
+    dead = aenv.catalog.load_table(f"{s}.all_types__cdc_dead_letters").scan().to_arrow().to_pylist()
+    assert sorted((d["offset"], d["error_class"], d["value"]) for d in dead) == [
+        (first + i, "not-an-envelope", v) for i, v in enumerate(bad)]
