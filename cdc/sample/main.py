@@ -13,7 +13,10 @@ from cdc.errors import CdcError
 from cdc.jobs.runner import run
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.registrar import register
+from cdc.report import history
+from cdc.report.html import format_html
 from cdc.report.reconcile import exit_code, format_text, reconcile
+from cdc.sinks.catalog import load_catalog
 from cdc.sources import postgres
 
 SCHEMA = "shop"
@@ -70,10 +73,13 @@ def main() -> int:
         print("replicating the burst")
         run(settings, tables, available_now=True)
         rows = reconcile(settings, tables)
+        page = settings.state_dir / "reconcile.html"
+        page.write_text(format_html(rows, history.read(load_catalog(settings), [t.name for t in tables])))
     except CdcError as e:
         print(f"cdc: error: {e}", file=sys.stderr)
         return e.exit_code
     print("\nreconciliation (`cdc reconcile`):\n" + format_text(rows))
+    print(f"the same as a page, with every run so far charted: {page}")
     return exit_code(rows)
 
 
