@@ -4,6 +4,7 @@ the history table (inline SVG: no script, nothing fetched)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from html import escape
 
 COLORS = {"OK": "#1a7f37", "DRIFT": "#cf222e", "IN-FLIGHT": "#9a6700"}
@@ -16,6 +17,7 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } .sub { color: #59636e; margin-top
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { padding: 0.35em 0.8em; border-bottom: 1px solid #d1d9e0; text-align: right; }
 th { background: #f6f8fa; } td.l, th.l { text-align: left; }
+td.pos { font-family: monospace; font-size: 0.75em; word-break: break-all; max-width: 15em; }
 .badge { color: white; border-radius: 1em; padding: 0.1em 0.7em; font-weight: 600; font-size: 0.85em; }
 .card { border: 1px solid #d1d9e0; border-radius: 8px; padding: 0.8em 1.2em; margin: 1em 0; max-width: 760px; }
 .card h2 { font-size: 1.1em; margin: 0.2em 0 0.6em; } .keys { font-family: monospace; font-size: 0.85em; }
@@ -37,8 +39,10 @@ def _scale(lo: float, hi: float, a: float, b: float):
     return lambda v: a + (v - lo) / span * (b - a)
 
 
-def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
-    return [lo + (hi - lo) * i / n for i in range(n + 1)] if hi > lo else [lo]
+def _axis(lo: int, hi: int, n: int = 4) -> tuple[int, int, list[int]]:
+    """An integer axis covering lo..hi in n equal whole steps: (bottom, top, ticks)."""
+    step = max(1, math.ceil((hi - lo) / n))
+    return lo, lo + step * n, [lo + step * i for i in range(n + 1)]
 
 
 def chart(points: list[dict]) -> str:
@@ -49,18 +53,17 @@ def chart(points: list[dict]) -> str:
     times = [p["checked_at"].timestamp() for p in points]
     counts = [v for p in points for v in (p["source_rows"], p["target_rows"]) if v is not None]
     lags = [p["lag"] or 0 for p in points]
-    lo, hi = min(counts, default=0), max(counts, default=1)
-    if lo == hi:
-        lo, hi = max(0, lo - 1), hi + 1
+    lo, hi, ticks = _axis(max(0, min(counts, default=0) - 1), max(counts, default=0) + 1)
+    _, lag_top, lag_ticks = _axis(0, max(lags))
     x = _scale(min(times), max(times), PAD_L, WIDTH - PAD_R) if len(points) > 1 else (lambda _: (PAD_L + WIDTH - PAD_R) / 2)
     y = _scale(lo, hi, HEIGHT - PAD_B, PAD_T)
-    y_lag = _scale(0, max(max(lags), 1), HEIGHT - PAD_B, PAD_T)
+    y_lag = _scale(0, lag_top, HEIGHT - PAD_B, PAD_T)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
            f'viewBox="0 0 {WIDTH} {HEIGHT}" font-size="11" font-family="sans-serif">']
-    for v in _ticks(lo, hi):
+    for v in ticks:
         out.append(f'<line x1="{PAD_L}" x2="{WIDTH - PAD_R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eaeef2"/>'
                    f'<text x="{PAD_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#59636e">{v:,.0f}</text>')
-    for v in _ticks(0, max(max(lags), 1)):
+    for v in lag_ticks:
         out.append(f'<text x="{WIDTH - PAD_R + 6}" y="{y_lag(v) + 4:.1f}" fill="{LAG}">{v:,.0f}</text>')
     first, last = points[0]["checked_at"], points[-1]["checked_at"]
     for t, anchor, xpos in ((first, "start", PAD_L), (last, "end", WIDTH - PAD_R)):
@@ -113,7 +116,7 @@ def format_html(rows: list[dict], history: dict[str, list[dict]]) -> str:
         f"<tr><td class=l>{escape(r['table'])}</td><td>{_badge(r['status'])}</td><td>{_num(r['source_rows'])}</td>"
         f"<td>{_num(r['target_rows'])}</td><td>{_num(r['difference'])}</td><td>{_num(r['lag'])}</td>"
         f"<td>{_num(r['dead_letters'])}</td><td class=l>{_num(r['source_position'])}</td>"
-        f"<td class=l><code>{_num(r['target_position'])}</code></td><td class=l>{_num(r['source_commit_time'])}</td></tr>"
+        f"<td class='l pos'>{_num(r['target_position'])}</td><td class=l>{_num(r['source_commit_time'])}</td></tr>"
         for r in rows)
     cards = "".join(
         f'<div class="card"><h2>{escape(r["table"])} {_badge(r["status"])}</h2>{_deep(r.get("deep"))}'
