@@ -126,3 +126,37 @@ def test_debezium_bootstrap_refills_through_the_incremental_snapshot(it_env, cap
     it_env.replicate("viadbz", it_env.marker())
     assert_equal(it_env.dsn, s, "viadbz", it_env.catalog, f"{s}.viadbz", ("id",))
     assert json.loads(it_env.catalog.load_table(f"{s}.viadbz").properties[PROPERTY])["state"] == "done"
+
+
+def test_table_registered_and_bootstrapped_while_another_streams(it_env, tmp_path):
+    """A running job of one table goes on, untouched, while another table is registered
+    (Debezium's incremental snapshot) and bootstrapped (JDBC); both end exact."""
+    from tests.compare import differences, source_rows, target_rows
+    from tests.conftest import interrupt, start_driver
+
+    s = it_env.schema
+    it_env.sql(f'CREATE TABLE "{s}".steady (id int PRIMARY KEY, v int)')
+    it_env.sql(f'INSERT INTO "{s}".steady SELECT g, 0 FROM generate_series(1, 200) g')
+    steady = it_env.register_table("steady")
+    assert it_env.cdc("register", "--table", steady) == 0
+    log = tmp_path / "steady.log"
+    with open(log, "w") as out:
+        proc = start_driver(it_env, "steady", out)
+    try:
+        it_env.transaction(f'UPDATE "{s}".steady SET v = v + 1 WHERE id <= 100')
+        name = make_table(it_env, "joiner", 5000)  # registered while the connector and the job run
+        it_env.transaction(f'UPDATE "{s}".steady SET v = v + 1 WHERE id > 100', f'DELETE FROM "{s}".steady WHERE id = 7')
+        assert it_env.cdc("bootstrap", "--table", name, "--chunk-rows", "2000") == 0
+        it_env.transaction(f'INSERT INTO "{s}".steady VALUES (500, 5)', f'UPDATE "{s}".joiner SET v = \'late\' WHERE id < 10')
+        it_env.replicate("joiner", it_env.marker())
+        assert_equal(it_env.dsn, s, "joiner", it_env.catalog, f"{s}.joiner", ("id",))
+        deadline = time.monotonic() + 180
+        while differences(source_rows(it_env.dsn, s, "steady", ("id",)),
+                          target_rows(it_env.catalog, f"{s}.steady", ("id",))):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the running table is not exact 180s after the changes"
+            time.sleep(1)
+        assert proc.poll() is None, log.read_text()[-3000:]  # it never stopped
+    finally:
+        interrupt(proc)
+    assert proc.returncode == 0 and "retrying" not in log.read_text(), log.read_text()[-3000:]
