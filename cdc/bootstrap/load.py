@@ -37,6 +37,7 @@ from cdc.sinks.iceberg import table_columns
 from cdc.sources import module_of, postgres
 
 DEFAULT_CHUNK_ROWS = 500_000
+PROGRESS_EVERY_S = 5  # how often the Debezium method reports its progress
 
 
 def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = None,
@@ -111,7 +112,7 @@ def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootst
     partitions = max(2, spark.sparkContext.defaultParallelism * 2)
     with postgres.exported_snapshot(settings, reg.source.name) as exported:
         snapshot = SourceSnapshot.parse(exported.horizon, exported.wal_lsn)
-        estimate = _estimate(exported.conn, reg)
+        estimate = postgres.estimate_rows(exported.conn, reg)
         if fresh:
             if boot.key_column:
                 n = chunk_count(estimate, chunk_rows)
@@ -135,15 +136,6 @@ def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootst
 SAMPLE_ROWS = 200_000  # rows sampled to cut the key into ranges of about equal size
 
 
-def _estimate(conn, reg: TableRegistration) -> int:
-    """The source table's row count: the planner's estimate, or a count when it has none."""
-    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-                            (postgres.qualified(reg),)).fetchone()[0]
-    if estimate is None or estimate < 0:  # never vacuumed or analyzed
-        estimate = conn.execute(f"SELECT count(*) FROM {postgres.qualified(reg)}").fetchone()[0]
-    return int(estimate)
-
-
 def _quantiles(conn, reg: TableRegistration, column: str, pieces: int, estimate: int) -> list[int]:
     """Cut points of the integer key into `pieces` ranges of about equal rows, from a sample."""
     if pieces <= 1:
@@ -164,12 +156,24 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
     client = ConnectClient(settings.connect_url)
     kind = module_of(settings, reg.source.name)
     with kind.connect(settings, reg.source.name) as conn:
+        estimate = kind.estimate_rows(conn, reg)
         marker = kind.request_incremental_snapshot(conn, src.signal_table,
                                                    [f"{reg.source.schema_}.{reg.source.table}"])
     print(f"{reg.name}: waiting for Debezium's incremental snapshot of "
           f"{reg.source.schema_}.{reg.source.table} (connector {name})")
+    topic = table_columns(iceberg_spark.properties(table))[2]
+    progress = Progress(reg.name, 1, estimate)
+    shown = [time.monotonic()]
+
+    def tick(last: bool = False) -> None:  # records in the topic since the bootstrap began, every few seconds
+        if last or time.monotonic() - shown[0] >= PROGRESS_EVERY_S:
+            shown[0] = time.monotonic()
+            ends = watermarks(settings.kafka_bootstrap, topic)
+            progress.rows_read(sum(max(0, hi - boot.offsets.get(p, 0)) for p, (_, hi) in ends.items()))
+
     client.wait_captured(name, marker)
-    client.wait_incremental_snapshot(name)
+    client.wait_incremental_snapshot(name, tick=tick)
+    tick(last=True)
 
 
 def _finish(settings: Settings, reg: TableRegistration, table, topic: str, boot: Bootstrap) -> None:
@@ -203,4 +207,14 @@ class Progress:
         left = (elapsed / share - elapsed) if share < 1 else 0.0
         bar = "#" * int((self.already + share * todo) / self.chunks * 30)
         print(f"{self.name}: [{bar:<30}] chunk {self.already + self.done}/{self.chunks}, {self.rows:,} rows, "
+              f"{rate:,.0f} rows/s, about {left:.0f}s left", file=self.out or sys.stdout, flush=True)
+
+    def rows_read(self, rows: int) -> None:
+        """A line for a bootstrap that counts rows, not chunks (Debezium's snapshot: the
+        records its topic gained, which include changes streamed meanwhile)."""
+        elapsed = max(self.clock() - self.started, 1e-9)
+        rate = rows / elapsed
+        share = min(1.0, rows / self.estimate)
+        left = (self.estimate - rows) / rate if rate and share < 1 else 0.0
+        print(f"{self.name}: [{'#' * int(share * 30):<30}] {rows:,} of about {self.estimate:,} rows, "
               f"{rate:,.0f} rows/s, about {left:.0f}s left", file=self.out or sys.stdout, flush=True)

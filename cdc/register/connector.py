@@ -103,10 +103,14 @@ class ConnectClient:
         if not r.ok and r.status_code != 404:
             raise ConnectorError(f"Kafka Connect refused to delete connector {name}: HTTP {r.status_code} {r.text}")
 
-    def _wait(self, name: str, what: str, done: Callable[[], bool], timeout_s: float, interval_s: float = 0.3) -> None:
-        """Poll `done` until it holds; a failed task raises at once with its trace."""
+    def _wait(self, name: str, what: str, done: Callable[[], bool], timeout_s: float, interval_s: float = 0.3,
+              tick: Callable[[], None] | None = None) -> None:
+        """Poll `done` until it holds (calling `tick` between polls); a failed task raises at
+        once with its trace."""
         deadline = time.monotonic() + timeout_s
         while not done():
+            if tick is not None:
+                tick()
             for t in (self.status(name) or {}).get("tasks", []):
                 if t.get("state") == "FAILED":
                     raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
@@ -139,11 +143,12 @@ class ConnectClient:
             return bool(offs) and all("snapshot" not in o or o.get("snapshot_completed") for o in offs)
         self._wait(name, "initial snapshot not finished", done, timeout_s)
 
-    def wait_incremental_snapshot(self, name: str, timeout_s: float = 1800) -> None:
+    def wait_incremental_snapshot(self, name: str, timeout_s: float = 1800,
+                                  tick: Callable[[], None] | None = None) -> None:
         """Until no incremental snapshot is in progress in the committed offset."""
         def done() -> bool:
             return not any(k.startswith("incremental_snapshot") for o in self.offsets(name) for k in o)
-        self._wait(name, "incremental snapshot still running", done, timeout_s)
+        self._wait(name, "incremental snapshot still running", done, timeout_s, tick=tick)
 
     def wait_captured(self, name: str, marker, timeout_s: float = 120) -> None:
         """Until the committed offset is past source transaction `marker` (a source

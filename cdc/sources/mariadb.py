@@ -170,3 +170,12 @@ def count_at_position(conn: pymysql.Connection, reg: TableRegistration) -> tuple
         cur.execute("COMMIT")
     file_name, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
     return int(rows), (binlog_index(file_name), pos), f"{file_name}:{pos}"
+
+
+def estimate_rows(conn: pymysql.Connection, reg: TableRegistration) -> int:
+    """The table's row count: InnoDB's estimate, or a count when it has none."""
+    rows = _rows(conn, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                 (reg.source.schema_, reg.source.table))
+    if not rows or rows[0][0] is None:
+        rows = _rows(conn, f"SELECT count(*) FROM {qualified(reg)}")
+    return int(rows[0][0])

@@ -181,3 +181,12 @@ def counted_snapshot(settings: Settings, reg: TableRegistration):
     with exported_snapshot(settings, reg.source.name) as snap:
         (rows,) = snap.conn.execute(f"SELECT count(*) FROM {qualified(reg)}").fetchone()
         yield int(rows), (parse_lsn(snap.wal_lsn),), snap.wal_lsn, snap
+
+
+def estimate_rows(conn: psycopg.Connection, reg: TableRegistration) -> int:
+    """The table's row count: the planner's estimate, or a count when it has none."""
+    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+                            (qualified(reg),)).fetchone()[0]
+    if estimate is None or estimate < 0:  # never vacuumed or analyzed
+        estimate = conn.execute(f"SELECT count(*) FROM {qualified(reg)}").fetchone()[0]
+    return int(estimate)

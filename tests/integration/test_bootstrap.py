@@ -121,7 +121,8 @@ def test_debezium_bootstrap_refills_through_the_incremental_snapshot(it_env, cap
         assert it_env.cdc("bootstrap", "--table", name, "--method", "debezium") == 0
     finally:
         stop_churn(stop, threads)
-    assert "incremental snapshot" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "incremental snapshot" in out and " rows, " in out and "rows/s" in out  # progress
     assert bootstrap_state(it_env, "viadbz").method == "debezium"
     it_env.replicate("viadbz", it_env.marker())
     assert_equal(it_env.dsn, s, "viadbz", it_env.catalog, f"{s}.viadbz", ("id",))

@@ -78,3 +78,14 @@ def test_progress_reports_rate_and_time_left(capsys):
     assert "chunk 3/4, 1,000 rows, 100 rows/s, about 10s left" in out.getvalue()
     p.chunk_done(3, 1000)
     assert "chunk 4/4, 2,000 rows" in out.getvalue() and "about 0s left" in out.getvalue()
+
+
+def test_progress_of_a_snapshot_counted_in_rows():
+    import io
+
+    out, now = io.StringIO(), iter([0.0, 10.0, 40.0])
+    p = Progress("a.b", chunks=1, estimate=4000, out=out, clock=lambda: next(now))
+    p.rows_read(1000)
+    assert "[#######" in out.getvalue() and "1,000 of about 4,000 rows, 100 rows/s, about 30s left" in out.getvalue()
+    p.rows_read(4400)  # streamed changes count too: past the estimate is done
+    assert "4,400 of about 4,000 rows, 110 rows/s, about 0s left" in out.getvalue()
