@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from cdc.config import load_settings, load_tables
 from cdc.errors import CdcError
@@ -94,6 +95,18 @@ def _reconcile(args) -> int:
     return exit_code(rows)
 
 
+def _maintain(args) -> int:
+    from cdc.jobs.maintenance import maintain
+
+    settings = load_settings(args.config)
+    tables = load_tables(settings, args.table)
+    while True:
+        maintain(settings, tables)
+        if not args.every:
+            return 0
+        time.sleep(args.every)
+
+
 def _status(args) -> int:
     from cdc.report.status import format_text, status
 
@@ -153,6 +166,12 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                     help="how long to wait for the target to catch up with the source's position (default 60)")
     rc.set_defaults(func=_reconcile)
+
+    mt = sub.add_parser("maintain", help="compact data and delete files, expire old snapshots, remove orphan files; "
+                                         "safe while the job runs")
+    mt.add_argument("--table", help="only this registered table (default: all)")
+    mt.add_argument("--every", type=_positive, metavar="SECONDS", help="run again every SECONDS, until interrupted")
+    mt.set_defaults(func=_maintain)
 
     bs = sub.add_parser("bootstrap", help="fill a table's target from the source, then stream on")
     bs.add_argument("--table", required=True, help="the registered table")

@@ -234,6 +234,8 @@ class TableOptions(Frozen):
     # How long a deleted key is remembered (by source commit time), so that a late or
     # replayed older change of that key cannot bring the row back.
     delete_horizon_hours: int = Field(168, ge=0)
+    # `cdc maintain`: snapshots older than this go (never the newest one with cdc offsets).
+    snapshot_retention_hours: int = Field(24, ge=0)
 
 
 class TableRegistration(Frozen):

@@ -1,0 +1,114 @@
+"""`cdc maintain`: keep a replicated table cheap to read while its job runs.
+
+Per table (the target, its delete memory and its dead letters):
+1. compaction: small data files and files carrying position deletes are rewritten, so a
+   reader no longer merges deletes at read time (`rewrite_data_files`);
+   delete files left behind are rewritten or dropped (`rewrite_position_delete_files`);
+2. snapshot expiry: snapshots older than the retention go, but never the newest one that
+   records cdc offsets, nor anything after it, so the job always finds where to resume;
+3. orphan cleanup: files no snapshot references, older than the orphan age (never the
+   files of a commit in flight).
+Every step commits through Iceberg's optimistic concurrency: a step that loses a race with
+the job's MERGE is retried or left for the next run; the job recomputes a batch whose
+commit meets a compaction (`jobs/apply.py`), so nothing is lost or applied twice.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from dataclasses import dataclass
+
+from cdc.control.commits import OFFSETS
+from cdc.jobs.apply import run_with_conflict_retries
+from cdc.sinks import iceberg_spark
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+ORPHAN_AGE_HOURS = 72  # files younger than this are never taken for orphans (writes in flight; Iceberg wants >= 24)
+
+
+@dataclass(frozen=True)
+class Retention:
+    snapshot_hours: int
+    orphan_hours: int = ORPHAN_AGE_HOURS
+
+
+def _literal(ident: str) -> str:
+    """`namespace.table` as a procedure's string argument (identifiers are validated plain)."""
+    if not all(part.replace("_", "").isalnum() for part in ident.split(".")):
+        raise ValueError(f"not a plain table identifier: {ident!r}")
+    return f"'{ident}'"
+
+
+def _timestamp(when: dt.datetime) -> str:
+    return f"TIMESTAMP '{when.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M:%S.%f}'"
+
+
+def expire_before(snapshots: list[tuple[int, bool]], retention_hours: int, now_ms: int) -> int:
+    """The time (epoch ms) before which snapshots may go: the retention, but never past
+    the newest snapshot that records cdc offsets. `snapshots`: (timestamp ms, has offsets)."""
+    horizon = now_ms - retention_hours * 3_600_000
+    with_offsets = [ts for ts, has in snapshots if has]
+    return min(horizon, max(with_offsets)) if with_offsets else horizon
+
+
+def table_files(spark, catalog: str, ident: str) -> dict[str, int]:
+    """Live data files, delete files and snapshots of a table (metadata tables only)."""
+    ref = f"{catalog}.{ident}"
+    row = spark.sql(f"SELECT count_if(content = 0) AS data, count_if(content <> 0) AS deletes FROM {ref}.files").first()
+    snaps = spark.sql(f"SELECT count(*) AS n FROM {ref}.snapshots").first()["n"]
+    return {"data_files": int(row["data"] or 0), "delete_files": int(row["deletes"] or 0), "snapshots": int(snaps)}
+
+
+def maintain_table(spark, catalog: str, ident: str, retention: Retention, now: dt.datetime | None = None) -> dict:
+    """Compact, expire and clean one table; returns its files before and after."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    name, call = _literal(ident), f"CALL {catalog}.system"
+    before = table_files(spark, catalog, ident)
+    run_with_conflict_retries(lambda: spark.sql(
+        f"{call}.rewrite_data_files(table => {name}, options => map('min-input-files', '2', "
+        f"'delete-file-threshold', '1', "
+        # new files newer than every delete, so the deletes they absorbed are dropped as dangling
+        f"'use-starting-sequence-number', 'false', 'remove-dangling-deletes', 'true'))").collect())
+    run_with_conflict_retries(lambda: spark.sql(
+        f"{call}.rewrite_position_delete_files(table => {name}, options => map('rewrite-all', 'true'))").collect())
+    table = iceberg_spark.load_table(spark, f"{catalog}.{ident}")
+    snapshots = [(s.timestampMillis(), s.summary().get(OFFSETS) is not None) for s in table.snapshots()]
+    cutoff = EPOCH + dt.timedelta(milliseconds=expire_before(snapshots, retention.snapshot_hours,
+                                                             int(now.timestamp() * 1000)))
+    expired = spark.sql(f"{call}.expire_snapshots(table => {name}, older_than => {_timestamp(cutoff)}, "
+                        f"retain_last => 1)").first()
+    orphans = spark.sql(f"{call}.remove_orphan_files(table => {name}, older_than => "
+                        f"{_timestamp(now - dt.timedelta(hours=retention.orphan_hours))})").count()
+    after = table_files(spark, catalog, ident)
+    return {"table": ident, "before": before, "after": after, "orphans_removed": orphans,
+            "expired_data_files": int(expired["deleted_data_files_count"] or 0)}
+
+
+def maintain(settings, tables) -> list[dict]:
+    """`maintain_table` for each registered table's target, delete memory and dead letters."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from cdc.jobs.session import get_session
+    from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS
+    from cdc.planning.merge import DELETES_SUFFIX
+    from cdc.sinks.catalog import load_catalog
+
+    spark = get_session(settings, app_name="cdc-maintain").newSession()
+    catalog = load_catalog(settings)
+    out = []
+    for reg in tables:
+        for ident in (reg.target, reg.target + DELETES_SUFFIX, reg.target + DEAD_LETTERS):
+            try:
+                catalog.load_table(ident)
+            except NoSuchTableError:
+                continue
+            started = time.monotonic()
+            result = maintain_table(spark, settings.catalog.name, ident, Retention(reg.options.snapshot_retention_hours))
+            b, a = result["before"], result["after"]
+            print(f"{ident}: data files {b['data_files']} -> {a['data_files']}, delete files {b['delete_files']} -> "
+                  f"{a['delete_files']}, snapshots {b['snapshots']} -> {a['snapshots']}, "
+                  f"{result['orphans_removed']} orphan file(s) removed ({time.monotonic() - started:.1f}s)",
+                  file=sys.stdout, flush=True)
+            out.append(result)
+    return out
