@@ -24,9 +24,9 @@ from cdc.bootstrap import jdbc
 from cdc.bootstrap.plan import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNING, START, Bootstrap, SourceSnapshot,
                                 chunk_count, plan_chunks)
 from cdc.config.models import Settings, TableRegistration
-from cdc.control import commits
+from cdc.control import commits, jobstate
 from cdc.control.faults import crash_point
-from cdc.errors import ConfigError
+from cdc.errors import ConfigError, DependencyError
 from cdc.jobs.runner import load_target, run
 from cdc.jobs.session import get_session
 from cdc.planning.merge import table_ref
@@ -42,6 +42,12 @@ PROGRESS_EVERY_S = 5  # how often the Debezium method reports its progress
 
 def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = None,
               chunk_rows: int = DEFAULT_CHUNK_ROWS, restart: bool = False) -> None:
+    with jobstate.exclusive(settings.state_dir, [reg.name]):  # never beside the table's own job
+        _bootstrap(settings, reg, method, chunk_rows, restart)
+
+
+def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, chunk_rows: int,
+               restart: bool) -> None:
     spark = get_session(settings).newSession()
     _, table = load_target(spark, settings, reg)
     columns, key, topic = table_columns(iceberg_spark.properties(table))
@@ -168,7 +174,10 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
     def tick(last: bool = False) -> None:  # records in the topic since the bootstrap began, every few seconds
         if last or time.monotonic() - shown[0] >= PROGRESS_EVERY_S:
             shown[0] = time.monotonic()
-            ends = watermarks(settings.kafka_bootstrap, topic)
+            try:
+                ends = watermarks(settings.kafka_bootstrap, topic)
+            except DependencyError:
+                return  # the progress line waits; the snapshot goes on
             progress.rows_read(sum(max(0, hi - boot.offsets.get(p, 0)) for p, (_, hi) in ends.items()))
 
     client.wait_captured(name, marker)

@@ -101,7 +101,12 @@ def _maintain(args) -> int:
     settings = load_settings(args.config)
     tables = load_tables(settings, args.table)
     while True:
-        maintain(settings, tables)
+        try:
+            maintain(settings, tables)
+        except CdcError as e:
+            if not args.every:
+                raise
+            print(f"cdc: error: {e}", file=sys.stderr)  # the next round tries again
         if not args.every:
             return 0
         time.sleep(args.every)

@@ -1,11 +1,17 @@
 """Each table's job state in a small JSON file under the state directory, so `cdc status`
-can tell running, stopped, failed and killed jobs apart."""
+can tell running, stopped, failed and killed jobs apart; and each table's lock, so one
+process at a time runs, replays or bootstraps a table."""
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+
+from cdc.errors import ApplyError
 
 RUNNING, STOPPED, FAILED, CAUGHT_UP, DEAD = "running", "stopped", "failed", "caught-up", "dead"
 
@@ -44,3 +50,51 @@ def read(state_dir: Path, table: str) -> dict:
     if doc.get("state") == RUNNING and not _alive(int(doc.get("pid", 0))):
         doc["state"] = DEAD
     return doc
+
+
+_held: dict[str, list[int]] = {}  # table -> [fd, depth]: locks this process holds
+_held_guard = threading.Lock()
+
+
+@contextmanager
+def exclusive(state_dir: Path, tables: list[str]):
+    """Hold the tables' locks for the block (re-entrant within a process); a table another
+    process holds is refused with that process's pid. A lock dies with its process."""
+    taken = []
+    try:
+        for table in tables:
+            _acquire(state_dir, table)
+            taken.append(table)
+        yield
+    finally:
+        for table in reversed(taken):
+            _release(table)
+
+
+def _acquire(state_dir: Path, table: str) -> None:
+    with _held_guard:
+        if table in _held:
+            _held[table][1] += 1
+            return
+        path = state_dir / "locks" / f"{table}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ApplyError(f"table {table} is being run, replayed or bootstrapped by another process (pid {holder})",
+                             hint="stop that process first: one process at a time writes a table", table=table) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        _held[table] = [fd, 1]
+
+
+def _release(table: str) -> None:
+    with _held_guard:
+        entry = _held[table]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _held[table]
+            os.close(entry[0])  # closing the descriptor releases the lock

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import requests
 from pyspark.sql import Column as SparkColumn
@@ -35,26 +36,31 @@ class SchemaRegistry:
         self._schemas: dict[int, str | None] = {}
         self._lock = threading.Lock()
 
-    def schema(self, schema_id: int) -> str | None:
-        """The schema's JSON text, or None when the registry has no schema of that id."""
+    def schema(self, schema_id: int, attempts: int = 3, sleep=time.sleep) -> str | None:
+        """The schema's JSON text, or None when the registry has no schema of that id. A
+        registry may answer 404 for an id registered a moment ago (replicas catch up), so
+        an unknown id is asked for again before its records count as bad, and is never
+        remembered as unknown."""
         with self._lock:
             if schema_id in self._schemas:
                 return self._schemas[schema_id]
-        try:
-            r = requests.get(f"{self.url}/schemas/ids/{int(schema_id)}", timeout=self.timeout_s)
-        except requests.RequestException as e:
-            raise DependencyError(f"the schema registry at {self.url} is unreachable: {e}",
-                                  hint="start it (`cdc stack up`) or set schema_registry.url in cdc.yaml") from None
-        if r.status_code == 404:
-            text = None
-        elif r.ok:
-            text = r.json()["schema"]
-        else:
-            raise DependencyError(f"the schema registry at {self.url} answered HTTP {r.status_code} for schema "
-                                  f"{schema_id}: {r.text[:300]}")
-        with self._lock:
-            self._schemas[schema_id] = text
-        return text
+        for attempt in range(attempts):
+            try:
+                r = requests.get(f"{self.url}/schemas/ids/{int(schema_id)}", timeout=self.timeout_s)
+            except requests.RequestException as e:
+                raise DependencyError(f"the schema registry at {self.url} is unreachable: {e}",
+                                      hint="start it (`cdc stack up`) or set schema_registry.url in cdc.yaml") from None
+            if r.ok:
+                text = r.json()["schema"]
+                with self._lock:
+                    self._schemas[schema_id] = text
+                return text
+            if r.status_code != 404:
+                raise DependencyError(f"the schema registry at {self.url} answered HTTP {r.status_code} for schema "
+                                      f"{schema_id}: {r.text[:300]}")
+            if attempt + 1 < attempts:
+                sleep(1.0)
+        return None
 
 
 def schema_id(col: str) -> SparkColumn:

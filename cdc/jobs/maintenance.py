@@ -19,7 +19,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from cdc.bootstrap.plan import DONE, Bootstrap
+from cdc.bootstrap.plan import PROPERTY as BOOTSTRAP
 from cdc.control.commits import OFFSETS
+from cdc.errors import ApplyError
 from cdc.jobs.apply import run_with_conflict_retries
 from cdc.sinks import iceberg_spark
 
@@ -73,20 +76,27 @@ def maintain_table(spark, catalog: str, ident: str, retention: Retention, now: d
     run_with_conflict_retries(lambda: spark.sql(
         f"{call}.rewrite_position_delete_files(table => {name}, options => map('rewrite-all', 'true'))").collect())
     table = iceberg_spark.load_table(spark, f"{catalog}.{ident}")
-    snapshots = [(s.timestampMillis(), s.summary().get(OFFSETS) is not None) for s in table.snapshots()]
-    cutoff = EPOCH + dt.timedelta(milliseconds=expire_before(snapshots, retention.snapshot_hours,
-                                                             int(now.timestamp() * 1000)))
-    expired = spark.sql(f"{call}.expire_snapshots(table => {name}, older_than => {_timestamp(cutoff)}, "
-                        f"retain_last => 1)").first()
+    expired_files = 0
+    boot = iceberg_spark.properties(table).get(BOOTSTRAP)
+    if boot and Bootstrap.from_json(boot).state != DONE:
+        # An unfinished bootstrap finds its committed chunks in the snapshot history.
+        print(f"{ident}: a bootstrap is unfinished: no snapshot expires until it is done", file=sys.stderr)
+    else:
+        snapshots = [(s.timestampMillis(), s.summary().get(OFFSETS) is not None) for s in table.snapshots()]
+        cutoff = EPOCH + dt.timedelta(milliseconds=expire_before(snapshots, retention.snapshot_hours,
+                                                                 int(now.timestamp() * 1000)))
+        expired_files = int(spark.sql(f"{call}.expire_snapshots(table => {name}, older_than => {_timestamp(cutoff)}, "
+                                      f"retain_last => 1)").first()["deleted_data_files_count"] or 0)
     orphans = spark.sql(f"{call}.remove_orphan_files(table => {name}, older_than => "
                         f"{_timestamp(now - dt.timedelta(hours=retention.orphan_hours))})").count()
     after = table_files(spark, catalog, ident)
     return {"table": ident, "before": before, "after": after, "orphans_removed": orphans,
-            "expired_data_files": int(expired["deleted_data_files_count"] or 0)}
+            "expired_data_files": expired_files}
 
 
 def maintain(settings, tables) -> list[dict]:
-    """`maintain_table` for each registered table's target, delete memory and dead letters."""
+    """`maintain_table` for each registered table's target, delete memory and dead letters.
+    A table that fails is reported and the others go on; an ApplyError at the end names them."""
     from pyiceberg.exceptions import NoSuchTableError
 
     from cdc.jobs.session import get_session
@@ -96,7 +106,7 @@ def maintain(settings, tables) -> list[dict]:
 
     spark = get_session(settings, app_name="cdc-maintain").newSession()
     catalog = load_catalog(settings)
-    out = []
+    out, failed = [], []
     for reg in tables:
         for ident in (reg.target, reg.target + DELETES_SUFFIX, reg.target + DEAD_LETTERS):
             try:
@@ -104,11 +114,20 @@ def maintain(settings, tables) -> list[dict]:
             except NoSuchTableError:
                 continue
             started = time.monotonic()
-            result = maintain_table(spark, settings.catalog.name, ident, Retention(reg.options.snapshot_retention_hours))
+            try:
+                result = maintain_table(spark, settings.catalog.name, ident,
+                                        Retention(reg.options.snapshot_retention_hours))
+            except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's errors; the next run tries again
+                print(f"{ident}: maintenance failed: {str(e).splitlines()[0][:300]}", file=sys.stderr, flush=True)
+                failed.append(ident)
+                continue
             b, a = result["before"], result["after"]
             print(f"{ident}: data files {b['data_files']} -> {a['data_files']}, delete files {b['delete_files']} -> "
                   f"{a['delete_files']}, snapshots {b['snapshots']} -> {a['snapshots']}, "
                   f"{result['orphans_removed']} orphan file(s) removed ({time.monotonic() - started:.1f}s)",
                   file=sys.stdout, flush=True)
             out.append(result)
+    if failed:
+        raise ApplyError(f"maintenance failed for {', '.join(failed)} (see above)",
+                         hint="run `cdc maintain` again; a step that lost a race with the job usually passes next time")
     return out

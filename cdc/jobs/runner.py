@@ -135,6 +135,11 @@ def replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
     """Re-read a window of the table's topic up to its current end and re-apply it.
     Position guards and the delete memory keep newer rows and deleted keys as they are;
     the committed offsets and position never go backwards."""
+    with jobstate.exclusive(settings.state_dir, [reg.name]):
+        _replay(settings, reg, **window_args)
+
+
+def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
     spark = get_session(settings).newSession()
     target = open_target(spark, settings, reg)
     start = replay_window(target.topic, sorted(watermarks(settings.kafka_bootstrap, target.topic)), **window_args)
@@ -277,12 +282,13 @@ class Supervisor:
 def run(settings: Settings, tables: list[TableRegistration], available_now: bool) -> None:
     if not tables:
         raise ApplyError("no tables are registered", hint=f"add registrations under {settings.tables_dir}/")
-    supervisor = Supervisor(get_session(settings), settings, tables, available_now)
-    try:
-        supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
-    except CdcError as e:
-        for name in ([e.table] if e.table else list(supervisor.queries)):
-            jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message)
-        raise
-    finally:
-        supervisor.stop()
+    with jobstate.exclusive(settings.state_dir, [t.name for t in tables]):
+        supervisor = Supervisor(get_session(settings), settings, tables, available_now)
+        try:
+            supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
+        except CdcError as e:
+            for name in ([e.table] if e.table else list(supervisor.queries)):
+                jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message)
+            raise
+        finally:
+            supervisor.stop()

@@ -7,7 +7,8 @@ in the target's types), the target at the snapshot that was counted. Every row g
 hash of its columns, every key a 64-bit hash. The key hashes are cut into 16 ranges; the
 ranges whose row count or checksum differ are cut into 16 again, and so on while many
 rows are left in them; then the rows of the differing ranges are matched key by key:
-missing in the target, extra in the target, or different. Each level is one aggregation
+missing in the target, extra in the target, duplicate (a key more than once on a side),
+or different. Each level is one aggregation
 (no loop over keys, no rows on the driver but the keys listed in the report).
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ FANOUT_BITS = 4  # each level cuts a range into 16
 LEAF_ROWS = 4096  # compare key by key once the differing ranges hold no more rows than this
 MAX_RANGES = 4096  # or once this many ranges differ (the differences are everywhere)
 KEY_HASH, ROW_HASH = "_cdc_key_hash", "_cdc_row_hash"
-MISSING, EXTRA, DIFFERENT = "missing", "extra", "different"
+MISSING, EXTRA, DIFFERENT, DUPLICATE = "missing", "extra", "different", "duplicate"
 
 
 @dataclass
@@ -105,15 +106,20 @@ def compare(source: DataFrame, target: DataFrame, columns: tuple[str, ...], key:
                 "_range", F.greatest(F.coalesce("s.rows", F.lit(0)), F.coalesce("t.rows", F.lit(0))).alias("n"))
             if b.found([(r["_range"], r["n"]) for r in differing.collect()]):
                 break
-        result = {"rows": totals, "levels": b.steps, MISSING: 0, EXTRA: 0, DIFFERENT: 0, "keys": [],
+        result = {"rows": totals, "levels": b.steps, MISSING: 0, EXTRA: 0, DIFFERENT: 0, DUPLICATE: 0, "keys": [],
                   "limit": limit}
         if not b.prefixes:
             return result
         leaf = _range(b.shift).isin(b.prefixes)
-        s = src.where(leaf).select(*[q(k) for k in key], F.col(ROW_HASH).alias("_s"))
-        t = tgt.where(leaf).select(*[q(k) for k in key], F.col(ROW_HASH).alias("_t"))
-        kind = (F.when(F.col("_t").isNull(), F.lit(MISSING)).when(F.col("_s").isNull(), F.lit(EXTRA))
-                .when(F.col("_s") != F.col("_t"), F.lit(DIFFERENT)))
+        def per_key(df: DataFrame, side: str) -> DataFrame:  # a key twice on one side is a difference too
+            return df.where(leaf).groupBy(*[q(k) for k in key]).agg(
+                F.count(F.lit(1)).alias(f"_{side}n"), F.min(ROW_HASH).alias(f"_{side}lo"),
+                F.max(ROW_HASH).alias(f"_{side}hi"))
+
+        s, t = per_key(src, "s"), per_key(tgt, "t")
+        kind = (F.when(F.col("_tn").isNull(), F.lit(MISSING)).when(F.col("_sn").isNull(), F.lit(EXTRA))
+                .when((F.col("_sn") > 1) | (F.col("_tn") > 1), F.lit(DUPLICATE))
+                .when((F.col("_slo") != F.col("_tlo")) | (F.col("_shi") != F.col("_thi")), F.lit(DIFFERENT)))
         diffs = s.join(t, list(key), "full_outer").select(*[q(k) for k in key], kind.alias("_kind")) \
             .where(F.col("_kind").isNotNull()).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -141,4 +147,4 @@ def _plain(value):
 
 
 def differences(found: dict) -> int:
-    return found[MISSING] + found[EXTRA] + found[DIFFERENT]
+    return found[MISSING] + found[EXTRA] + found[DIFFERENT] + found[DUPLICATE]

@@ -6,9 +6,11 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+from cdc.sinks.iceberg import ensure_namespace
 
 HISTORY = "cdc_meta.reconcile_history"
 
@@ -26,24 +28,29 @@ SCHEMA = Schema(
     NestedField(11, "deep_missing", LongType(), required=False, doc="--deep: keys missing in the target"),
     NestedField(12, "deep_extra", LongType(), required=False, doc="--deep: keys only in the target"),
     NestedField(13, "deep_different", LongType(), required=False, doc="--deep: keys whose row differs"),
+    NestedField(14, "deep_duplicate", LongType(), required=False, doc="--deep: keys more than once on a side"),
 )
 ARROW = pa.schema([
     ("run_id", pa.string()), ("checked_at", pa.timestamp("us", tz="UTC")), ("table_name", pa.string()),
     ("status", pa.string()), ("source_rows", pa.int64()), ("target_rows", pa.int64()), ("lag", pa.int64()),
     ("dead_letters", pa.int64()), ("source_position", pa.string()), ("target_position", pa.string()),
     ("deep_missing", pa.int64()), ("deep_extra", pa.int64()), ("deep_different", pa.int64()),
+    ("deep_duplicate", pa.int64()),
 ])
 
 
 def _table(catalog):
     try:
-        return catalog.load_table(HISTORY)
+        table = catalog.load_table(HISTORY)
     except NoSuchTableError:
-        try:
-            catalog.create_namespace(HISTORY.split(".")[0])
-        except NamespaceAlreadyExistsError:
-            pass
+        ensure_namespace(catalog, HISTORY.split(".")[0])
         return catalog.create_table(HISTORY, schema=SCHEMA)
+    missing = [f for f in SCHEMA.fields if f.name not in {c.name for c in table.schema().fields}]
+    if missing:  # written by an older cdc: the columns added since
+        with table.update_schema() as update:
+            for f in missing:
+                update.add_column(f.name, f.field_type, doc=f.doc)
+    return table
 
 
 def record(catalog, run_id: str, rows: list[dict]) -> None:
@@ -57,6 +64,7 @@ def record(catalog, run_id: str, rows: list[dict]) -> None:
         "target_rows": r["target_rows"], "lag": r["lag"], "dead_letters": r["dead_letters"],
         "source_position": r["source_position"], "target_position": r["target_position"],
         "deep_missing": deep(r, "missing"), "deep_extra": deep(r, "extra"), "deep_different": deep(r, "different"),
+        "deep_duplicate": deep(r, "duplicate"),
     } for r in rows]
     _table(catalog).append(pa.Table.from_pylist(data, schema=ARROW))
 

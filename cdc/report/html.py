@@ -98,7 +98,8 @@ def _deep(found: dict | None) -> str:
     levels = ", ".join(f"{s['differing']} of {s['ranges']}" for s in found["levels"])
     text = (f"<p>Deep compare: {found['rows']['source']:,} source and {found['rows']['target']:,} target rows; "
             f"ranges differing by level: {escape(levels)}; <b>{found['missing']}</b> missing in the target, "
-            f"<b>{found['extra']}</b> extra, <b>{found['different']}</b> different.</p>")
+            f"<b>{found['extra']}</b> extra, <b>{found['different']}</b> different, "
+            f"<b>{found['duplicate']}</b> duplicate.</p>")
     if found["keys"]:
         items = "".join(f"<li>{escape(k['kind'])}: " + escape(", ".join(f"{c}={v}" for c, v in k["key"].items()))
                         + "</li>" for k in found["keys"])

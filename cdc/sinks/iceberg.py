@@ -94,15 +94,19 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
             with table.transaction() as tx:
                 tx.set_properties(props)
         return False
-    try:
-        catalog.create_namespace(reg.namespace)
-    except NamespaceAlreadyExistsError:
-        pass
+    ensure_namespace(catalog, reg.namespace)
     schema = build_schema(columns, key)
     catalog.create_table(reg.target, schema=schema,
                          partition_spec=partition_spec(schema, key, reg.partitioning.buckets),
                          properties={**TABLE_PROPERTIES, **props})
     return True
+
+
+def ensure_namespace(catalog, namespace: str) -> None:
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        pass
 
 
 def table_columns(properties: dict) -> tuple[tuple[Column, ...], tuple[str, ...], str]:

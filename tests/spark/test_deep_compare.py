@@ -37,3 +37,10 @@ def test_composite_key_and_a_value_moved_between_columns(spark):
     b = spark.createDataFrame([(1, 1, None, 5), (1, 2, None, None)], "k1 int, k2 int, a int, b int")
     found = compare(a, b, ("k1", "k2", "a", "b"), ("k1", "k2"), 10)
     assert found["keys"] == [{"kind": "different", "key": {"k1": 1, "k2": 1}}]
+
+
+def test_a_key_twice_in_the_target_is_named(spark):
+    source = frame(spark, 500)
+    target = frame(spark, 500).where(F.col("id") != 7).unionByName(frame(spark, 500).where(F.col("id") == 9))
+    found = compare(source, target, ("id", "part", "v", "x"), ("id",), 10)  # the same row count on both sides
+    assert found["keys"] == [{"kind": "duplicate", "key": {"id": 9}}, {"kind": "missing", "key": {"id": 7}}]

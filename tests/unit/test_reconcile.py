@@ -38,10 +38,10 @@ def test_deep_lines_and_html_report():
     from cdc.report.reconcile import deep_lines
 
     found = {"compared": True, "rows": {"source": 30, "target": 28}, "levels": [
-        {"level": 1, "ranges": 16, "differing": 2, "rows": 5}], "missing": 2, "extra": 0, "different": 1,
+        {"level": 1, "ranges": 16, "differing": 2, "rows": 5}], "missing": 2, "extra": 0, "different": 1, "duplicate": 0,
         "keys": [{"kind": "different", "key": {"id": 3}}, {"kind": "missing", "key": {"id": 28}}], "limit": 2}
     lines = deep_lines(found)
-    assert "2 missing in the target, 0 extra, 1 different" in lines[0]
+    assert "2 missing in the target, 0 extra, 1 different, 0 duplicate" in lines[0]
     assert lines[1].split() == ["different", "id=3"] and "1 more" in lines[-1]
     row = {"table": "a.<b>", "status": DRIFT, "source_rows": 30, "target_rows": 28, "difference": -2, "lag": 0,
            "dead_letters": 0, "source_position": "0/1", "target_position": None, "source_commit_time": None,
