@@ -8,7 +8,7 @@ CDC := $(VENV)/bin/cdc
 JARS := .cache/jars
 MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS)
 
-.PHONY: setup run test test-unit test-spark test-integration smoke stack-up stack-down clean
+.PHONY: setup run test test-unit test-spark test-integration smoke bench bench-quick stack-up stack-down clean
 
 setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
 
@@ -21,7 +21,7 @@ $(VENV)/.stamp: pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found: set PYTHON=python3.x (3.11+)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,bench]'
 	@touch $@
 
 $(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom.xml jvm/registry/pom.xml jvm/settings.xml
@@ -38,11 +38,17 @@ run: stack-up
 	$(PY) -m cdc.sample.main
 
 test: stack-up
-	$(PY) -m pyflakes cdc tests
+	$(PY) -m pyflakes cdc tests bench
 	$(PY) -m pytest -ra tests/unit tests/spark tests/integration tests/chaos
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit
+
+bench: stack-up
+	$(PY) -m bench
+
+bench-quick: stack-up
+	$(PY) -m bench --quick
 
 smoke: stack-up
 	$(PY) ../shared/checks/contract_smoke.py

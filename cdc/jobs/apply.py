@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
 
@@ -53,6 +54,25 @@ def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep):
             sleep(0.2 * 2 ** attempt)
 
 
+class BatchTimer:
+    """Wall time of a batch's steps, for the line each applied batch logs."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock, self.started, self.steps = clock, clock(), {}
+
+    @contextmanager
+    def step(self, name: str):
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.steps[name] = self.steps.get(name, 0.0) + self.clock() - started
+
+    def line(self) -> str:
+        steps = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.steps.items())
+        return f"{self.clock() - self.started:.2f}s ({steps})"
+
+
 @dataclass
 class TableApplier:
     """The foreachBatch function of one table's query. Its SparkSession is the table's
@@ -75,6 +95,7 @@ class TableApplier:
     dead_letters_ref: str | None = None
     source_kind: str = "postgresql"  # how the events' source block gives their position
     registry: avro.SchemaRegistry | None = None  # set when the topic is in Confluent's Avro wire format
+    timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
 
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
@@ -89,8 +110,10 @@ class TableApplier:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        table = iceberg_spark.load_table(spark, self.target_ref)
-        summary = iceberg_spark.last_committed_summary(table)
+        self.timer = BatchTimer()
+        with self.timer.step("table"):
+            table = iceberg_spark.load_table(spark, self.target_ref)
+            summary = iceberg_spark.last_committed_summary(table)
         committed = commits.parse_offsets(summary).get(self.topic, {})
         if committed and self.skip_committed:  # what the table holds (a re-run batch, a lost checkpoint)
             seen = None
@@ -99,7 +122,8 @@ class TableApplier:
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
         if self.evolve_schema:
-            self._evolve(spark, table, batch)
+            with self.timer.step("schema"):
+                self._evolve(spark, table, batch)
         envelopes = batch if self.registry is None else avro.to_json_envelopes(batch, self.registry)
         events = decode(envelopes, self.columns, self.key, self.source_kind)
         if self.held:
@@ -178,14 +202,15 @@ class TableApplier:
 
     def _apply(self, spark, table, batch: DataFrame, events: DataFrame, summary: dict | None,
                committed: dict[int, int], planned_end: dict[int, int], batch_id: int) -> None:
-        stats = events.groupBy("_partition").agg(
-            F.min("_offset").alias("first"), F.max("_offset").alias("last"),
-            F.max("_position").alias("position"),
-            F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
-            F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
-            F.max(F.when(F.col("_op") == "t", F.col("_position"))).alias("truncate"),
-            F.sum((F.col("_op") == "d").cast("int")).alias("deletes"),
-        ).collect()
+        with self.timer.step("decode"):
+            stats = events.groupBy("_partition").agg(
+                F.min("_offset").alias("first"), F.max("_offset").alias("last"),
+                F.max("_position").alias("position"),
+                F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
+                F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
+                F.max(F.when(F.col("_op") == "t", F.col("_position"))).alias("truncate"),
+                F.sum((F.col("_op") == "d").cast("int")).alias("deletes"),
+            ).collect()
         if not stats:
             # Nothing new (a re-run batch the table holds, or offsets without records): record
             # the planned end so the table's offsets keep up with the checkpoint's.
@@ -195,7 +220,8 @@ class TableApplier:
                     self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary, self.topic_id))
             return
         if any(s.errors for s in stats):
-            self._dead_letters(spark, batch, events, sum(s.errors for s in stats), batch_id)
+            with self.timer.step("dead letters"):
+                self._dead_letters(spark, batch, events, sum(s.errors for s in stats), batch_id)
             events = events.where(F.col("_error").isNull())
         ranges = [commits.PartitionRange(s["_partition"], s.first, s.last) for s in stats]
         positions = [s.position for s in stats if s.position]
@@ -209,7 +235,8 @@ class TableApplier:
         crash_point("before-merge")
         truncated = max((s.truncate for s in stats if s.truncate), default=None)
         if truncated:
-            spark.sql(truncate_sql(self.target_ref, truncated))
+            with self.timer.step("truncate"):
+                spark.sql(truncate_sql(self.target_ref, truncated))
             if truncated > (iceberg_spark.properties(table).get(TRUNCATED_AT) or ""):  # a replay never lowers it
                 table.updateProperties().set(TRUNCATED_AT, truncated).commit()
             events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
@@ -227,7 +254,8 @@ class TableApplier:
         view = f"cdc_batch_{self.name.replace('.', '__')}"
         changes.createOrReplaceTempView(view)
         if any(s.deletes for s in stats):  # before the target's commit: a crash in between re-runs both
-            run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)))
+            with self.timer.step("delete memory"):
+                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)))
         table.refresh()
         before = iceberg_spark.current_snapshot_id(table)
         for k, v in props.items():
@@ -238,7 +266,8 @@ class TableApplier:
         else:
             statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast)
         try:
-            run_with_conflict_retries(lambda: spark.sql(statement))
+            with self.timer.step("merge" if "MERGE" in statement[:5] else "append"):
+                run_with_conflict_retries(lambda: spark.sql(statement))
         finally:
             for k in props:
                 spark.conf.unset(SNAPSHOT_PROPERTY + k)
@@ -246,3 +275,6 @@ class TableApplier:
         if iceberg_spark.current_snapshot_id(table) == before:
             iceberg_spark.commit_summary_only(table, props)
         crash_point("after-commit")
+        records = sum(s["last"] - s["first"] + 1 for s in stats)
+        print(f"{self.name}: batch {batch_id} ({records:,} records) applied in {self.timer.line()}",
+              file=sys.stderr, flush=True)

@@ -77,8 +77,11 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None)
 
 
-def _query(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
-           start: dict[str, str], available_now: bool, skip_committed: bool = True):
+def stream_query(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
+                 start: dict[str, str], available_now: bool, skip_committed: bool = True,
+                 applier_type: type[TableApplier] = TableApplier):
+    """The table's streaming query from `start`, each micro-batch applied by an
+    `applier_type` (the benchmark swaps the apply step for an append)."""
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
               .option("subscribe", target.topic)
@@ -87,7 +90,7 @@ def _query(spark, settings: Settings, reg: TableRegistration, target: Target, ch
               .options(**start))
     if reg.options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
-    applier = TableApplier(reg.name, target.ref, target.topic, target.columns, target.key,
+    applier = applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
                            job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
                            topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
                            dead_letters_ref=dead_letters_ref(settings.catalog.name, reg.target),
@@ -128,7 +131,7 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
                                                                            target.committed.items()}))
     else:
         start = {"startingOffsets": reg.options.starting_offsets}
-    return _query(spark, settings, reg, target, checkpoint, start, available_now)
+    return stream_query(spark, settings, reg, target, checkpoint, start, available_now)
 
 
 def replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
@@ -144,7 +147,8 @@ def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
     target = open_target(spark, settings, reg)
     start = replay_window(target.topic, sorted(watermarks(settings.kafka_bootstrap, target.topic)), **window_args)
     checkpoint = settings.path(settings.spark.checkpoint_dir) / f"{reg.name}.replay-{int(time.time() * 1000)}"
-    query = _query(spark, settings, reg, target, checkpoint, start, available_now=True, skip_committed=False)
+    query = stream_query(spark, settings, reg, target, checkpoint, start, available_now=True,
+                         skip_committed=False)
     try:
         query.awaitTermination()
     except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j

@@ -15,7 +15,7 @@ from cdc.register.topics import watermarks
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import PROP_TOPIC
 
-def _last_committed(table) -> dict | None:
+def last_committed(table) -> dict | None:
     """The newest summary with cdc offsets in the current snapshot's ancestry."""
     snap = table.current_snapshot()
     while snap is not None:
@@ -38,7 +38,7 @@ def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
     except NoSuchTableError:
         return {**out, "registered": False}
     topic = table.properties.get(PROP_TOPIC)
-    summary = _last_committed(table) or {}
+    summary = last_committed(table) or {}
     committed = commits.parse_offsets(summary).get(topic, {})
     ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()} if topic else {}
     snap = table.current_snapshot()

@@ -1,0 +1,136 @@
+"""cdc's benchmark: figures that hold across machines, mostly as ratios, in one run.
+
+    .venv/bin/python -m bench --quick      (make bench-quick: about ten minutes here)
+    .venv/bin/python -m bench              (make bench)
+    .venv/bin/python -m bench --quick --only apply,peers   (some sections; the others' figures stay)
+
+On the local stack (started if needed), for a table of (id bigint, v text, n numeric(12,2),
+at timestamptz). A change event recorded from the real Debezium connector is the template
+of the backlogs produced straight into Kafka, so the source database is not the
+bottleneck; freshness and bootstrap go through the real connector. Sections:
+
+- apply: `apply_events_per_s` (`cdc run --available-now` over a backlog into an existing
+  table), `append_limit_events_per_s` (the same job appending instead of merging),
+  `apply_vs_limit`; the same change batch into a `small` and a `big` table,
+  `merge_scaling_10m_vs_1m` (0.1M and 1M rows with --quick, 1M and 10M without).
+- peers: Delta Lake MERGE and pyiceberg upsert on the same batch and table,
+  `cdc_vs_delta_merge` and `cdc_vs_pyiceberg_upsert` (time ratios, ours over theirs).
+- read: read time after a long run of small batches, without and with `cdc maintain`.
+- bootstrap: `bootstrap_jdbc_rows_per_s`, `bootstrap_debezium_rows_per_s`, their ratio.
+- freshness: `freshness_p50_s`, `freshness_p95_s` (source commit to visible in Iceberg) at
+  `freshness_rate_events_per_s` through the real connector.
+
+Writes bench/results/latest.json and bench/results/latest.png.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import apply, bootstrap, chart, freshness, maintenance, peers
+from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
+from cdc.config import load_settings
+from cdc.jobs.runner import run
+from cdc.jobs.session import get_session
+from cdc.sinks.catalog import load_catalog
+from cdc.stack.manager import Stack
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SECTIONS = ("apply", "peers", "read", "bootstrap", "freshness")
+SIZES = {
+    "quick": {"small": 100_000, "big": 1_000_000, "changes": 100_000, "read_rows": 100_000, "read_batches": 40,
+              "read_batch_events": 2_500, "bootstrap_rows": 200_000, "freshness_rate": 2_000, "freshness_s": 60},
+    "full": {"small": 1_000_000, "big": 10_000_000, "changes": 500_000, "read_rows": 1_000_000, "read_batches": 100,
+             "read_batch_events": 5_000, "bootstrap_rows": 1_000_000, "freshness_rate": 2_000, "freshness_s": 180},
+}
+
+
+def machine() -> dict:
+    mem = next((int(line.split()[1]) // 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")), None) if Path("/proc/meminfo").exists() else None
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"cpus": os.cpu_count(), "cpu": model, "memory_mb": mem, "platform": platform.platform(),
+            "python": platform.python_version(), "java": _first_line(["java", "-version"])}
+
+
+def _first_line(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the same measurements at a size for about ten minutes")
+    parser.add_argument("--only", help=f"comma-separated sections of {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--config", default=str(ROOT / "cdc.yaml"), help="the cdc.yaml of the stack to use")
+    args = parser.parse_args()
+    only = SECTIONS if not args.only else tuple(s.strip() for s in args.only.split(","))
+    if unknown := [s for s in only if s not in SECTIONS]:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    mode = "quick" if args.quick else "full"
+    sizes = SIZES[mode]
+    base = load_settings(args.config)
+    settings = bench_settings(base, base.state_dir / "bench")
+    settings = settings.model_copy(update={"spark": settings.spark.model_copy(
+        update={"extra_conf": {**settings.spark.extra_conf, **peers.DELTA_CONF}})})
+    Stack(settings).up()
+    spark = get_session(settings, app_name="cdc-bench")
+    catalog = load_catalog(settings)
+    key_doc, value_doc = record_template(settings)
+    template = registration(settings, "recorded")
+    out = RESULTS / "latest.json"
+    previous = json.loads(out.read_text()) if out.exists() and args.only else {}
+    if previous.get("mode") not in (None, mode):
+        previous = {}
+    commit = _first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    results = {**previous, "mode": mode, "sizes": sizes, "machine": machine()}
+    ran = results.setdefault("sections", {})
+
+    # Warm-up (the JIT, the first Spark jobs, the catalog): an untimed small backlog.
+    warm = registration(settings, "warmup")
+    warm_topic = fill(spark, settings, catalog, warm, template, 10_000)
+    produce(settings, warm_topic, changes(Events(key_doc, value_doc), 10_000, 5_000))
+    run(settings, [warm], available_now=True)
+
+    small = None
+    for section in SECTIONS:
+        if section not in only and not (section == "apply" and "peers" in only):
+            continue
+        print(f"== {section}", flush=True)
+        if section == "apply":
+            figures, small = apply.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
+        elif section == "peers":
+            figures = peers.measure(spark, settings, catalog, template, small, settings.state_dir / "bench" / "peers",
+                                    sizes)
+        elif section == "read":
+            figures = maintenance.measure(spark, settings, catalog, template, key_doc, value_doc, sizes["read_rows"],
+                                          sizes["read_batches"], sizes["read_batch_events"])
+        elif section == "bootstrap":
+            figures = bootstrap.measure(spark, settings, sizes["bootstrap_rows"])
+        else:
+            figures = freshness.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"])
+        results.update(figures)
+        ran[section] = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit}
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+    results["goals"] = {key: chart.met(results, key) for key, *_ in chart.GOALS}
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    chart.draw(results, RESULTS / "latest.png")
+    print(json.dumps({k: v for k, v in results.items() if k not in ("machine", "sizes", "sections")}, indent=2))
+    print(f"results: {out}, chart: {RESULTS / 'latest.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

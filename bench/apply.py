@@ -1,0 +1,60 @@
+"""Apply throughput against its limit, and MERGE cost against table size."""
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from bench.workload import Events, changes, fill, produce, registration, timed
+from cdc.jobs.apply import TableApplier
+from cdc.jobs.runner import open_target, run, stream_query
+from cdc.planning.sql import q
+
+
+class AppendLimit(TableApplier):
+    """The job as it is up to the apply step (read, skip what is held, decode), which
+    appends every decoded change instead of merging: what the same job costs without MERGE."""
+
+    def _apply(self, spark, table, batch, events, summary, committed, planned_end, batch_id) -> None:
+        (events.where("_error IS NULL AND _op IN ('c', 'u', 'r', 'd')")
+         .select(*[F.col(q(c.name)) for c in self.columns], F.col("_op").alias("_cdc_op"),
+                 F.col("_position").alias("_cdc_position"), F.col("_source_ts").alias("_cdc_source_ts"),
+                 F.col("_partition").alias("_cdc_kafka_partition"), F.col("_offset").alias("_cdc_kafka_offset"))
+         .writeTo(self.target_ref).append())
+
+
+def append_limit(spark, settings, reg) -> None:
+    """The append-only job over the whole of `reg`'s topic."""
+    target = open_target(spark, settings, reg)
+    checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
+    stream_query(spark, settings, reg, target, checkpoint, {"startingOffsets": "earliest"}, available_now=True,
+                 applier_type=AppendLimit).awaitTermination()
+
+
+def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict) -> tuple[dict, dict]:
+    """`apply_events_per_s`, `append_limit_events_per_s`, `apply_vs_limit`, and the same
+    change batch merged into a table of `small` and of `big` rows. Also returns what the
+    peers need: the small table's registration, topic and initial size."""
+    n = sizes["changes"]
+    small = registration(settings, "small")
+    topic = fill(spark, settings, catalog, small, template, sizes["small"])
+    produce(settings, topic, changes(Events(key_doc, value_doc), sizes["small"], n))
+    apply_s = timed(lambda: run(settings, [small], available_now=True))
+    print(f"apply: {n:,} events in {apply_s:.1f}s, {n / apply_s:,.0f} events/s", flush=True)
+
+    limit = registration(settings, "append_limit")
+    fill(spark, settings, catalog, limit, template, sizes["small"], topic=topic)
+    limit_s = timed(lambda: append_limit(spark.newSession(), settings, limit))
+    print(f"append limit: {n:,} events in {limit_s:.1f}s, {n / limit_s:,.0f} events/s", flush=True)
+
+    big = registration(settings, "big")
+    big_topic = fill(spark, settings, catalog, big, template, sizes["big"])
+    produce(settings, big_topic, changes(Events(key_doc, value_doc), sizes["small"], n))
+    big_s = timed(lambda: run(settings, [big], available_now=True))
+    print(f"the same batch: {apply_s:.1f}s into {sizes['small']:,} rows, {big_s:.1f}s into {sizes['big']:,}",
+          flush=True)
+    figures = {
+        "apply_events_per_s": round(n / apply_s), "append_limit_events_per_s": round(n / limit_s),
+        "apply_vs_limit": round(limit_s / apply_s, 3),
+        "merge_small_s": round(apply_s, 2), "merge_big_s": round(big_s, 2),
+        "merge_scaling_10m_vs_1m": round(big_s / apply_s, 3),
+    }
+    return figures, {"reg": small, "topic": topic, "apply_s": apply_s}

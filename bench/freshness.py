@@ -1,0 +1,141 @@
+"""Freshness through the real connector: a sustained rate of changes at PostgreSQL, the
+job running continuously, and for every change event the time from its source commit
+(`source.ts_ms`) to the commit of the Iceberg snapshot that made it visible (the first
+snapshot whose recorded offsets pass the event's offset)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import threading
+import time
+from collections import deque
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.workload import create_source_table, registration
+from cdc.control import commits
+from cdc.jobs.runner import run
+from cdc.register.connector import ConnectClient, connector_name, topic_for
+from cdc.register.registrar import register
+from cdc.register.topics import watermarks
+from cdc.report.status import last_committed
+from cdc.sources import postgres
+
+TICK_S = 0.1
+PREFILL = 20_000
+
+
+class Writer(threading.Thread):
+    """Transactions at the source every TICK_S: updates (70%), inserts (20%) and deletes
+    of rows it inserted (10%), `rate` row changes a second, for `seconds`; then waits until
+    the job has committed everything and stops it with SIGTERM."""
+
+    def __init__(self, settings, catalog, reg, topic: str, rate: int, seconds: float):
+        super().__init__(daemon=True)
+        self.settings, self.catalog, self.reg, self.topic = settings, catalog, reg, topic
+        self.per_tick, self.seconds = max(10, int(rate * TICK_S)), seconds
+        self.started = self.ended = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._write()
+            self._wait_applied()
+        except BaseException as e:  # noqa: BLE001 - reported by the benchmark after the job stops
+            self.error = e
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _write(self) -> None:
+        table = postgres.qualified(self.reg)
+        updates, inserts = self.per_tick * 7 // 10, self.per_tick * 2 // 10
+        deletes = self.per_tick - updates - inserts
+        inserted: deque[int] = deque()
+        next_id, tick = PREFILL, 0
+        with postgres.connect(self.settings, self.reg.source.name) as conn:
+            self.started = time.time()
+            while time.time() - self.started < self.seconds:
+                with conn.transaction():
+                    with conn.cursor() as cur:
+                        cur.executemany(f"UPDATE {table} SET v = md5(random()::text), at = now() WHERE id = %s",
+                                        [((tick * updates + i) * 7919 % PREFILL,) for i in range(updates)])
+                        cur.executemany(f"INSERT INTO {table} VALUES (%s, 'new', 1.25, now())",
+                                        [(next_id + i,) for i in range(inserts)])
+                        inserted.extend(range(next_id, next_id + inserts))
+                        next_id += inserts
+                        if len(inserted) > 10 * deletes:
+                            cur.executemany(f"DELETE FROM {table} WHERE id = %s",
+                                            [(inserted.popleft(),) for _ in range(deletes)])
+                tick += 1
+                time.sleep(max(0.0, self.started + tick * TICK_S - time.time()))
+            self.ended = time.time()
+            marker = postgres.write_marker(conn, self.settings.sources[self.reg.source.name].signal_table)
+        ConnectClient(self.settings.connect_url).wait_captured(connector_name(self.reg.source.name), marker)
+
+    def _wait_applied(self, timeout_s: float = 600) -> None:
+        end = {p: hi for p, (_, hi) in watermarks(self.settings.kafka_bootstrap, self.topic).items()}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done = commits.parse_offsets(last_committed(self.catalog.load_table(self.reg.target))).get(self.topic, {})
+            if all(done.get(p, 0) >= o for p, o in end.items()):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"the job did not apply {self.topic} up to {end} within {timeout_s}s")
+
+
+def commit_times(catalog, reg, topic: str) -> list[tuple[int, dict[int, int]]]:
+    """(commit time in ms, next offset per partition) of each snapshot that records offsets, oldest first."""
+    table = catalog.load_table(reg.target)
+    out = []
+    for snap in sorted(table.snapshots(), key=lambda s: s.sequence_number):
+        offsets = commits.parse_offsets(snap.summary.additional_properties).get(topic)
+        if offsets:
+            out.append((snap.timestamp_ms, offsets))
+    return out
+
+
+def latencies(settings, topic: str, start: dict[int, int], snapshots, since_ms: float) -> list[float]:
+    """Seconds from source commit to visible, for each change event from `start` whose
+    source commit is at or after `since_ms`."""
+    end = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdc-bench-freshness",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in end])
+    out, left = [], sum(end[p] - start.get(p, 0) for p in end)
+    while left > 0:
+        for msg in consumer.consume(10_000, timeout=5):
+            left -= 1
+            if msg.error() or msg.value() is None:
+                continue
+            source_ms = json.loads(msg.value())["payload"]["source"]["ts_ms"]
+            if source_ms < since_ms:
+                continue
+            visible = next(ts for ts, offsets in snapshots if offsets.get(msg.partition(), 0) > msg.offset())
+            out.append((visible - source_ms) / 1000)
+    consumer.close()
+    return out
+
+
+def measure(settings, catalog, rate: int, seconds: float) -> dict:
+    reg = registration(settings, "fresh", captured=True)
+    create_source_table(settings, reg, rows=PREFILL)
+    register(settings, [reg])
+    run(settings, [reg], available_now=True)  # the snapshot of the prefilled rows
+    topic = topic_for(reg.source.name, reg)
+    start = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
+    writer = Writer(settings, catalog, reg, topic, rate, seconds)
+    writer.start()
+    run(settings, [reg], available_now=False)
+    writer.join()
+    if writer.error is not None:
+        raise writer.error
+    warm_up = writer.started + min(10.0, seconds / 5)
+    values = sorted(latencies(settings, topic, start, commit_times(catalog, reg, topic), warm_up * 1000))
+    measured = writer.ended - warm_up
+    p = statistics.quantiles(values, n=100)
+    print(f"freshness: {len(values):,} events at {len(values) / measured:,.0f}/s: p50 {p[49]:.2f}s, "
+          f"p95 {p[94]:.2f}s, max {values[-1]:.2f}s", flush=True)
+    return {"freshness_p50_s": round(p[49], 2), "freshness_p95_s": round(p[94], 2),
+            "freshness_max_s": round(values[-1], 2), "freshness_rate_events_per_s": round(len(values) / measured)}

@@ -1,0 +1,170 @@
+"""The benchmark's workload: a change event recorded from the real Debezium connector,
+change streams in exactly that shape produced straight into Kafka, and targets of a
+given size written in bulk."""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql import functions as F
+
+from cdc.config.models import TableRegistration
+from cdc.planning.merge import table_ref
+from cdc.register.connector import ConnectClient, connector_name, topic_for
+from cdc.register.registrar import register
+from cdc.register.topics import ensure_topics, watermarks
+from cdc.sinks.iceberg import ensure_table, table_columns
+from cdc.sources import postgres
+
+SCHEMA = "bench"
+COLUMNS_SQL = "(id bigint PRIMARY KEY, v text, n numeric(12,2), at timestamptz)"
+
+
+def bench_settings(settings, work: Path):
+    """cdc.yaml's settings with a tables directory of the benchmark's own, holding the
+    project's registrations too (so registering keeps them captured)."""
+    tables = work / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    for f in settings.path(settings.tables_dir).glob("*.yaml"):
+        if not f.name.startswith(f"{SCHEMA}."):
+            (tables / f.name).write_text(f.read_text())
+    return settings.model_copy(update={"tables_dir": tables})
+
+
+def registration(settings, name: str, captured: bool = False, **options) -> TableRegistration:
+    """A registration of `bench.<name>`. A `captured` one has a source table the connector
+    captures, and its file goes into the benchmark's tables directory; the others are
+    targets whose topics the benchmark fills itself."""
+    source = next(iter(settings.sources))
+    reg = TableRegistration(name=f"{SCHEMA}.{name}", source={"name": source, "schema": SCHEMA, "table": name},
+                            options=options)
+    if captured:
+        text = f"name: {reg.name}\nsource:\n  schema: {SCHEMA}\n  table: {name}\n"
+        if options:
+            text += "options:\n" + "".join(f"  {k}: {v}\n" for k, v in options.items())
+        (settings.path(settings.tables_dir) / f"{reg.name}.yaml").write_text(text)
+    return reg
+
+
+def create_source_table(settings, reg: TableRegistration, rows: int = 0) -> None:
+    """The source table, emptied, holding `rows` rows."""
+    with postgres.connect(settings, reg.source.name) as conn:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"')
+        conn.execute(f'CREATE TABLE IF NOT EXISTS {postgres.qualified(reg)} {COLUMNS_SQL}')
+        conn.execute(f"TRUNCATE {postgres.qualified(reg)}")
+        if rows:
+            conn.execute(f"INSERT INTO {postgres.qualified(reg)} SELECT g, md5(g::text), (g % 100000) + 0.25, "
+                         f"now() FROM generate_series(0, {rows - 1}) g")
+
+
+def record_template(settings) -> tuple[dict, dict]:
+    """One real update event of the benchmark's table shape (key and value documents),
+    captured by the real connector."""
+    reg = registration(settings, "recorded", captured=True)
+    create_source_table(settings, reg, rows=1)
+    register(settings, [reg])
+    with postgres.connect(settings, reg.source.name) as conn:
+        conn.execute(f"UPDATE {postgres.qualified(reg)} SET v = md5(random()::text), n = n + 1 WHERE id = 0")
+        marker = postgres.write_marker(conn, settings.sources[reg.source.name].signal_table)
+    ConnectClient(settings.connect_url).wait_captured(connector_name(reg.source.name), marker)
+    topic = topic_for(reg.source.name, reg)
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdc-bench",
+                         "enable.auto.commit": False})
+    end = watermarks(settings.kafka_bootstrap, topic)[0][1]
+    consumer.assign([TopicPartition(topic, 0, end - 1)])
+    msg = consumer.poll(30)
+    consumer.close()
+    key, value = json.loads(msg.key()), json.loads(msg.value())
+    if value["payload"]["op"] != "u":
+        raise RuntimeError(f"expected the recorded update as the last event of {topic}, got {value['payload']['op']}")
+    return key, value
+
+
+class Events:
+    """Events in the recorded shape, with increasing LSNs and source times."""
+
+    def __init__(self, key: dict, value: dict):
+        self.key, self.value, self.lsn = key, value, 1 << 40
+
+    def make(self, op: str, row_id: int, v: str) -> tuple[bytes, bytes]:
+        self.lsn += 8
+        key = copy.deepcopy(self.key)
+        key["payload"] = {"id": row_id}
+        value = copy.deepcopy(self.value)
+        p = value["payload"]
+        row = {**p["after"], "id": row_id, "v": v, "n": f"{row_id % 100000}.25"}
+        p["before"], p["after"], p["op"] = (row, None, "d") if op == "d" else (None, row, op)
+        p["source"].update(lsn=self.lsn, txId=self.lsn % (1 << 31), ts_ms=int(time.time() * 1000),
+                           sequence=json.dumps([str(self.lsn - 4), str(self.lsn)]))
+        return json.dumps(key).encode(), json.dumps(value).encode()
+
+
+def changes(ev: Events, rows: int, count: int, seed: int = 7):
+    """Updates (70%), inserts of new keys (20%) and deletes (10%) over a table of `rows` keys."""
+    rng = random.Random(seed)
+    new = rows
+    for _ in range(count):
+        r = rng.random()
+        if r < 0.7:
+            yield ev.make("u", rng.randrange(rows), "updated")
+        elif r < 0.9:
+            new += 1
+            yield ev.make("c", new, "inserted")
+        else:
+            yield ev.make("d", rng.randrange(rows), "deleted")
+
+
+def produce(settings, topic: str, events) -> int:
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 50, "batch.size": 1 << 20,
+                         "compression.type": "lz4"})
+    n = 0
+    for n, (k, v) in enumerate(events, start=1):
+        while True:
+            try:
+                producer.produce(topic, key=k, value=v)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if n % 10000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError(f"could not deliver every event to {topic}")
+    return n
+
+
+def initial_rows(spark, rows: int):
+    """`rows` rows of the benchmark shape with the `_cdc_*` columns of a bulk load."""
+    return spark.range(rows).select(
+        F.col("id"), F.lit("initial").alias("v"), (F.col("id") % 100000 + F.lit(0.25)).cast("decimal(12,2)").alias("n"),
+        F.current_timestamp().alias("at"), F.lit("r").alias("_cdc_op"),
+        F.lit("0" * 57).alias("_cdc_position"), F.current_timestamp().alias("_cdc_source_ts"),
+        F.lit(None).cast("int").alias("_cdc_kafka_partition"), F.lit(None).cast("bigint").alias("_cdc_kafka_offset"))
+
+
+def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegistration, rows: int,
+         topic: str | None = None) -> str:
+    """A target of `rows` rows written in bulk (as a bootstrap writes it), reading `topic`
+    or a new, empty topic of its own (for a backlog produced straight into it)."""
+    columns, key, _ = table_columns(catalog.load_table(template.target).properties)
+    if topic is None:
+        topic = f"_cdc_bench.{reg.name}.{int(time.time())}"
+        ensure_topics(settings.kafka_bootstrap, [topic])
+    for ident in (reg.target, reg.target + "__cdc_deletes"):
+        if catalog.table_exists(ident):
+            catalog.drop_table(ident)
+    ensure_table(catalog, reg, columns, key, topic)
+    shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
+    (initial_rows(spark, rows).writeTo(table_ref(settings.catalog.name, reg.target))
+     .option("snapshot-property.cdc.offsets", json.dumps({topic: {"0": 0}})).append())
+    return topic
+
+
+def timed(fn) -> float:
+    started = time.monotonic()
+    fn()
+    return time.monotonic() - started
