@@ -94,13 +94,16 @@ def main() -> int:
     if previous.get("mode") not in (None, mode):
         previous = {}
     commit = _first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "cdc", "bench/__main__.py", "bench/apply.py"],
+                      capture_output=True, text=True).stdout.strip():
+        commit += "+changes"  # measured on uncommitted code
     results = {**previous, "mode": mode, "sizes": sizes, "machine": machine()}
     ran = results.setdefault("sections", {})
 
     # Warm-up (the JIT, the first Spark jobs, the catalog): an untimed small backlog.
     warm = registration(settings, "warmup")
     warm_topic = fill(spark, settings, catalog, warm, template, 10_000)
-    produce(settings, warm_topic, changes(Events(key_doc, value_doc), 10_000, 5_000))
+    produce(settings, warm_topic, changes(Events(key_doc, value_doc), 10_000, 25_000))
     run(settings, [warm], available_now=True)
 
     small = None

@@ -66,13 +66,15 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
     df = raw.select(
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
         F.from_json(F.col("value").cast("string"), value_schema(columns)).getField("payload").alias("_v"),
-        F.col("value").isNull().alias("_null_value"),
-        # The same record read loosely, every field as text: an envelope whose values do not
-        # fit still has an op; heartbeats, transaction markers and schema changes have none.
-        F.from_json(F.col("value").cast("string"), "STRUCT<payload: MAP<STRING, STRING>>")
-        .getField("payload").alias("_loose"),
+        F.col("value").isNull().alias("_null_value"), F.col("value"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
     )
+    # Only a record without a typed op is read again, loosely, every field as text: an
+    # envelope whose values do not fit still has an op; heartbeats, transaction markers and
+    # schema changes have none. A change event, nearly every record, is parsed once.
+    df = df.withColumn("_loose", F.when(
+        ~F.col("_null_value") & (F.col("_v").isNull() | F.col("_v.op").isNull()),
+        F.from_json(F.col("value").cast("string"), "STRUCT<payload: MAP<STRING, STRING>>").getField("payload")))
     loose = F.col("_loose")
     non_data = loose.getItem("op").isNull() & (
         (loose.getItem("status").isin("BEGIN", "END") & loose.getItem("id").isNotNull())  # transaction metadata

@@ -87,6 +87,8 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               .option("subscribe", target.topic)
               .option("failOnDataLoss", "true")
               .option("includeHeaders", "false")
+              # A topic with fewer partitions than cores is still read and decoded on every core.
+              .option("minPartitions", str(spark.sparkContext.defaultParallelism))
               .options(**start))
     if reg.options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
