@@ -22,17 +22,15 @@ from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.merge import (append_sql, deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
-                                truncate_sql)
+                                remembered_deletes_sql, truncate_sql)
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
+from cdc.register.topics import newest_values
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import PROP_COLUMNS
 from cdc.sources.types import Column, debezium_column, toastable
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
-# The part of a JSON-converter message's schema that describes the row's fields.
-EVENT_SCHEMA = ("STRUCT<schema: STRUCT<fields: ARRAY<STRUCT<field: STRING, fields: ARRAY<STRUCT<field: STRING, "
-                "type: STRING, name: STRING, parameters: MAP<STRING, STRING>>>>>>>")
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException")
@@ -52,6 +50,18 @@ def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep):
             print(f"commit conflict (attempt {attempt} of {attempts}), recomputing: "
                   f"{str(e).splitlines()[0][:200]}", file=sys.stderr)
             sleep(0.2 * 2 ** attempt)
+
+
+def row_fields(value) -> list[dict]:
+    """The fields of the row (`after`) in a JSON converter message's schema: field, type,
+    name and parameters each; none when the message has no such schema."""
+    try:
+        fields = json.loads(value)["schema"]["fields"]
+        row = next(f for f in fields if isinstance(f, dict) and f.get("field") == "after")
+        return [{k: f.get(k) for k in ("field", "type", "name", "parameters")} for f in row.get("fields") or []
+                if isinstance(f, dict)]
+    except (ValueError, TypeError, KeyError, StopIteration, AttributeError):
+        return []
 
 
 class BatchTimer:
@@ -95,6 +105,7 @@ class TableApplier:
     dead_letters_ref: str | None = None
     source_kind: str = "postgresql"  # how the events' source block gives their position
     registry: avro.SchemaRegistry | None = None  # set when the topic is in Confluent's Avro wire format
+    kafka_bootstrap: str | None = None  # where the newest records' schemas are read (else a scan of the batch)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
 
     def prepare(self, spark) -> "TableApplier":
@@ -123,7 +134,7 @@ class TableApplier:
             batch = batch.where(~seen)
         if self.evolve_schema:
             with self.timer.step("schema"):
-                self._evolve(spark, table, batch)
+                self._evolve(spark, table, batch, batch_id)
         envelopes = batch if self.registry is None else avro.to_json_envelopes(batch, self.registry)
         events = decode(envelopes, self.columns, self.key, self.source_kind)
         if self.held:
@@ -134,18 +145,14 @@ class TableApplier:
         finally:
             events.unpersist()
 
-    def _evolve(self, spark, table, batch: DataFrame) -> None:
+    def _evolve(self, spark, table, batch: DataFrame, batch_id: int) -> None:
         """Design rule 7 before the batch is decoded: new source columns are added to the
         target, safe widenings applied; anything else stops the job (planning/schema.py).
         The schemas read are those of each partition's newest record in the batch."""
         if self.registry is not None:
             schemas = [avro.row_fields(text) for text in avro.newest_value_schemas(batch, self.registry)]
         else:
-            newest = (batch.where(F.col("value").isNotNull()).groupBy("partition")
-                      .agg(F.max_by("value", "offset").alias("value")))
-            schemas = [row["fields"] or [] for row in newest.select(F.expr(
-                f"filter(from_json(CAST(value AS STRING), '{EVENT_SCHEMA}').schema.fields, f -> f.field = 'after')[0]"
-                f".fields").alias("fields")).collect()]
+            schemas = [row_fields(value) for value in self._newest_values(batch, batch_id)]
         known = {c.name for c in self.columns}
         seen = []
         for fields in schemas:
@@ -193,6 +200,18 @@ class TableApplier:
         run_with_conflict_retries(lambda: spark.sql(dead_letters.record_sql(self.dead_letters_ref, view)))
         print(f"{self.name}: {total} bad record(s) of batch {batch_id} set aside in "
               f"{self.dead_letters_ref}", file=sys.stderr)
+
+    def _newest_values(self, batch: DataFrame, batch_id: int) -> list:
+        """Each partition's newest non-null value in the batch: read from Kafka just before
+        the batch's planned end (the offset log gives its start and end), or, when that
+        does not tell, by a scan of the batch."""
+        start, end = self._planned_end(batch_id - 1) if batch_id else {}, self._planned_end(batch_id)
+        if self.kafka_bootstrap and end and set(end) <= set(start):
+            values = newest_values(self.kafka_bootstrap, self.topic, {p: (start[p], e) for p, e in end.items()})
+            if values is not None:
+                return values
+        return [row["value"] for row in batch.where(F.col("value").isNotNull()).groupBy("partition")
+                .agg(F.max_by("value", "offset").alias("value")).collect()]
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:
         """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""
@@ -245,9 +264,7 @@ class TableApplier:
         toast = tuple(c.name for c in toastable(self.columns, self.key))
         changes = last_per_key(events.where(~F.col("_op").isin("t", NON_DATA)), self.key,
                                tuple(c.name for c in self.columns), toast)
-        remembered = spark.table(self.deletes_ref).select(
-            *[F.col(q(k)).alias(f"_deleted_{i}") for i, k in enumerate(self.key)],
-            F.col("_cdc_position").alias("_deleted_position"))
+        remembered = spark.sql(remembered_deletes_sql(self.deletes_ref, self.key))
         on = [F.col(q(k)).eqNullSafe(F.col(f"_deleted_{i}")) for i, k in enumerate(self.key)]
         changes = changes.join(remembered, on=reduce(lambda a, b: a & b, on), how="left").drop(
             *[f"_deleted_{i}" for i in range(len(self.key))])

@@ -99,7 +99,8 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            deletes_ref=deletes_ref(settings.catalog.name, reg.target),
                            delete_horizon_hours=reg.options.delete_horizon_hours,
                            source_kind=settings.sources[reg.source.name].kind,
-                           registry=registry_of(settings, reg)).prepare(spark)
+                           registry=registry_of(settings, reg),
+                           kafka_bootstrap=settings.kafka_bootstrap).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
               .option("checkpointLocation", str(checkpoint)))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="2 seconds")

@@ -72,17 +72,20 @@ def _insert_guard(floor: str | None) -> str:
 
 
 def remember_deletes_sql(deletes: str, batch_view: str, key: tuple[str, ...]) -> str:
-    """Record the batch's deletes (key, position, source time) in the table's delete memory,
-    keeping the newest position per key."""
-    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
+    """Append the batch's deletes (key, position, source time) to the table's delete memory:
+    one file and one commit, whatever the memory's size. A key deleted again gets a second
+    entry; readers take the newest position per key (`remembered_deletes_sql`)."""
     cols = ", ".join([q(k) for k in key] + ["_cdc_position", "_cdc_source_ts"])
-    vals = ", ".join([f"s.{q(k)}" for k in key] + ["s._position", "s._source_ts"])
-    return (
-        f"MERGE INTO {deletes} t USING (SELECT * FROM {q(batch_view)} WHERE _op = 'd') s ON {on}\n"
-        f"WHEN MATCHED AND s._position > t._cdc_position THEN UPDATE SET "
-        f"t._cdc_position = s._position, t._cdc_source_ts = s._source_ts\n"
-        f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({vals})"
-    )
+    vals = ", ".join([q(k) for k in key] + ["_position", "_source_ts"])
+    return f"INSERT INTO {deletes} ({cols}) SELECT {vals} FROM {q(batch_view)} WHERE _op = 'd'"
+
+
+def remembered_deletes_sql(deletes: str, key: tuple[str, ...]) -> str:
+    """The newest remembered delete position per key, as `_deleted_<i>` key columns and
+    `_deleted_position`."""
+    keys = ", ".join(q(k) for k in key)
+    aliased = ", ".join(f"{q(k)} AS `_deleted_{i}`" for i, k in enumerate(key))
+    return (f"SELECT {aliased}, max(_cdc_position) AS _deleted_position FROM {deletes} GROUP BY {keys}")
 
 
 def forget_deletes_sql(deletes: str, horizon_hours: int) -> str:

@@ -1,6 +1,7 @@
 import pytest
 
-from cdc.planning.merge import append_sql, forget_deletes_sql, merge_sql, remember_deletes_sql, table_ref, truncate_sql
+from cdc.planning.merge import (append_sql, forget_deletes_sql, merge_sql, remember_deletes_sql, remembered_deletes_sql,
+                                table_ref, truncate_sql)
 
 
 def test_merge_is_guarded_by_position_and_quotes_identifiers():
@@ -46,9 +47,13 @@ def test_truncate_floor_guards_inserts():
         merge_sql("x", "b", ("id",), ("id",), floor="' OR 1=1 --")
 
 
-def test_delete_memory_keeps_the_newest_position():
+def test_delete_memory_appends_and_is_read_by_the_newest_position():
     sql = remember_deletes_sql("`d`", "b", ("id",))
-    assert "WHERE _op = 'd'" in sql and "s._position > t._cdc_position THEN UPDATE" in sql
+    assert sql.startswith("INSERT INTO `d` (`id`, _cdc_position, _cdc_source_ts) SELECT `id`, _position, _source_ts")
+    assert sql.endswith("WHERE _op = 'd'")
+    read = remembered_deletes_sql("`d`", ("id", "k"))
+    assert "`id` AS `_deleted_0`, `k` AS `_deleted_1`, max(_cdc_position) AS _deleted_position" in read
+    assert read.endswith("GROUP BY `id`, `k`")
     assert "make_dt_interval(0, 24, 0, 0)" in forget_deletes_sql("`d`", 24)
 
 

@@ -1,6 +1,9 @@
+import json
+
 import pytest
 
 from cdc.errors import ApplyError
+from cdc.jobs.apply import row_fields
 from cdc.planning.schema import evolve
 from cdc.sources.types import Column, debezium_column
 
@@ -44,3 +47,17 @@ def test_other_type_changes_stop_the_job_naming_column_and_types(new):
     with pytest.raises(ApplyError, match=rf"(?s)table s.t: column '{new.name}' changed type at the source.*"
                                          rf"not a safe widening.*cdc bootstrap --table s.t"):
         evolve("s.t", CURRENT, [new], ("id",))
+
+
+def test_row_fields_are_read_from_a_json_converter_message():
+    row = [{"type": "int64", "optional": False, "field": "id", "parameters": src("INT8", 19)},
+           {"type": "string", "optional": True, "name": "io.debezium.data.Json", "field": "doc"}]
+    message = {"schema": {"type": "struct", "fields": [
+        {"type": "struct", "fields": row, "field": "before"}, {"type": "struct", "fields": row, "field": "after"},
+        {"type": "struct", "fields": [], "field": "source"}]}, "payload": {"op": "c"}}
+    fields = row_fields(json.dumps(message).encode())
+    assert [f["field"] for f in fields] == ["id", "doc"]
+    assert fields[0]["parameters"]["__debezium.source.column.type"] == "INT8" and fields[1]["parameters"] is None
+    assert fields[1]["name"] == "io.debezium.data.Json"
+    for bad in (b"\x00\x01", b"[]", b'{"schema": 1}', b'{"payload": {}}', b'{"schema": {"fields": [3]}}'):
+        assert row_fields(bad) == []
