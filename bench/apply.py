@@ -7,6 +7,7 @@ from bench.workload import Events, changes, fill, produce, registration, timed
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.runner import open_target, run, stream_query
 from cdc.planning.sql import q
+from cdc.report import metrics
 
 
 class AppendLimit(TableApplier):
@@ -32,7 +33,7 @@ def append_limit(spark, settings, reg) -> None:
 def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict) -> tuple[dict, dict]:
     """`apply_events_per_s` (the better of two runs), `append_limit_events_per_s`,
     `apply_vs_limit`, and the same change batch merged into a table of `small` and of `big` rows. Also returns what the
-    peers need: the small table's registration, topic and initial size."""
+    peers need: the small table's registration and topic, the whole batch's time and that of its apply steps."""
     n = sizes["changes"]
     small = registration(settings, "small")
     topic = fill(spark, settings, catalog, small, template, sizes["small"])
@@ -56,11 +57,14 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     small_s = timed(lambda: run(settings, [again], available_now=True))
     print(f"the same batch: {small_s:.1f}s into {sizes['small']:,} rows, {big_s:.1f}s into {sizes['big']:,}",
           flush=True)
-    apply_s = min(apply_s, small_s)  # the better of the two runs on the small table
+    # The better of the two runs on the small table; its apply steps (dedupe, delete memory,
+    # MERGE and the commit, after reading and decoding) are what the peers are measured against.
+    merge_s = metrics.step_seconds(small.name) if apply_s <= small_s else metrics.step_seconds(again.name)
+    apply_s = min(apply_s, small_s)
     figures = {
         "apply_events_per_s": round(n / apply_s), "append_limit_events_per_s": round(n / limit_s),
         "apply_vs_limit": round(limit_s / apply_s, 3),
-        "merge_small_s": round(small_s, 2), "merge_big_s": round(big_s, 2),
+        "merge_small_s": round(small_s, 2), "cdc_apply_steps_s": round(merge_s, 2), "merge_big_s": round(big_s, 2),
         "merge_scaling_10m_vs_1m": round(big_s / small_s, 3),
     }
-    return figures, {"reg": small, "topic": topic, "apply_s": apply_s}
+    return figures, {"reg": small, "topic": topic, "apply_s": apply_s, "merge_s": merge_s}

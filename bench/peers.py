@@ -2,8 +2,10 @@
 delta-spark (deletion vectors on) and pyiceberg's `Table.upsert`.
 
 Both get the batch already decoded (read from the same topic and staged as Parquet,
-untimed), so their time is only their apply: the peers' best case. cdc's time is the
-whole batch from Kafka (read, decode, dedupe, MERGE, commit with offsets)."""
+untimed), so their time is their apply alone. cdc's is compared on the same footing: the
+time of its batch's apply steps (dedupe, delete memory, MERGE, commit with offsets), from
+the job's metrics. The ratios of cdc's whole batch (with reading Kafka and decoding, which
+the peers are spared) are recorded beside them."""
 from __future__ import annotations
 
 import shutil
@@ -99,6 +101,8 @@ def measure(spark, settings, catalog, template, small: dict, work: Path, sizes: 
     events, last = stage(spark, settings, catalog, small["reg"], small["topic"], work)
     delta_s = delta_merge(spark, events, sizes["small"], work)
     upsert_s = pyiceberg_upsert(spark, settings, catalog, template, last, sizes["small"])
-    ours = small["apply_s"]
+    ours, whole = small["merge_s"], small["apply_s"]
     return {"delta_merge_s": round(delta_s, 2), "pyiceberg_upsert_s": round(upsert_s, 2),
-            "cdc_vs_delta_merge": round(ours / delta_s, 3), "cdc_vs_pyiceberg_upsert": round(ours / upsert_s, 3)}
+            "cdc_vs_delta_merge": round(ours / delta_s, 3), "cdc_vs_pyiceberg_upsert": round(ours / upsert_s, 3),
+            "cdc_batch_vs_delta_merge": round(whole / delta_s, 3),
+            "cdc_batch_vs_pyiceberg_upsert": round(whole / upsert_s, 3)}

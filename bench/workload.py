@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import functions as F
 
 from cdc.config.models import TableRegistration
-from cdc.planning.merge import table_ref
+from cdc.planning.merge import DELETES_SUFFIX, table_ref
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import register
 from cdc.register.topics import ensure_topics, watermarks
@@ -154,7 +154,7 @@ def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegist
     if topic is None:
         topic = f"_cdc_bench.{reg.name}.{int(time.time())}"
         ensure_topics(settings.kafka_bootstrap, [topic])
-    for ident in (reg.target, reg.target + "__cdc_deletes"):
+    for ident in (reg.target, reg.target + DELETES_SUFFIX):
         if catalog.table_exists(ident):
             catalog.drop_table(ident)
     ensure_table(catalog, reg, columns, key, topic)

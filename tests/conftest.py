@@ -287,10 +287,10 @@ def end_offset(env: Env, topic: str, partition: int = 0) -> int:
     return watermarks(env.settings.kafka_bootstrap, topic)[partition][1]
 
 
-def start_driver(env: Env, table: str, log, extra_env: dict | None = None) -> subprocess.Popen:
+def start_driver(env: Env, table: str, log, extra_env: dict | None = None, args: tuple = ()) -> subprocess.Popen:
     """A continuous `cdc run --table` as its own driver process, output to `log`."""
     return subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run", "--table",
-                             f"{env.schema}.{table}"], env={**os.environ, **(extra_env or {})}, stdout=log,
+                             f"{env.schema}.{table}", *args], env={**os.environ, **(extra_env or {})}, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -40,7 +40,24 @@ def _register(args) -> int:
     from cdc.register.registrar import register
 
     settings = load_settings(args.config)
-    register(settings, load_tables(settings, args.table))
+    if args.dry_run:
+        print("dry run: nothing is changed")
+    register(settings, load_tables(settings, args.table), dry_run=args.dry_run)
+    return 0
+
+
+def _tables(args) -> int:
+    from cdc.register import tables
+
+    settings = load_settings(args.config)
+    if args.action == "add":
+        path = tables.add(settings, args.schema, args.table, source=args.source, name=args.name,
+                          key=tuple(k.strip() for k in args.key.split(",")) if args.key else None)
+        print(path.read_text(), end="")
+        print(f"wrote {path}; next: cdc register --table {path.stem} --dry-run, then without --dry-run")
+        return 0
+    rows = tables.listing(settings)
+    print(json.dumps({"tables": rows}, indent=2) if args.json else tables.format_listing(rows))
     return 0
 
 
@@ -48,7 +65,13 @@ def _run(args) -> int:
     from cdc.jobs.runner import run
 
     settings = load_settings(args.config)
-    run(settings, load_tables(settings, args.table), available_now=args.available_now)
+    tables = load_tables(settings, args.table)
+    if args.metrics_port:
+        from cdc.report.metrics import serve
+
+        serve(args.metrics_port)
+        print(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
+    run(settings, tables, available_now=args.available_now)
     return 0
 
 
@@ -117,7 +140,7 @@ def _status(args) -> int:
 
     settings = load_settings(args.config)
     rows = status(settings, load_tables(settings, args.table))
-    print(json.dumps(rows, indent=2) if args.json else format_text(rows))
+    print(json.dumps({"tables": rows}, indent=2) if args.json else format_text(rows))
     return 0
 
 
@@ -134,12 +157,30 @@ def parser() -> argparse.ArgumentParser:
 
     rg = sub.add_parser("register", help="create the Debezium connector and the Iceberg targets")
     rg.add_argument("--table", help="only this registered table (default: all)")
+    rg.add_argument("--dry-run", action="store_true",
+                    help="print the target, topic and connector changes it would make, and make none")
     rg.set_defaults(func=_register)
+
+    tb = sub.add_parser("tables", help="add a registration from the source's table, or list the registrations")
+    tsub = tb.add_subparsers(dest="action", required=True)
+    ta = tsub.add_parser("add", help="introspect a source table and write tables/<name>.yaml")
+    ta.add_argument("--schema", required=True, help="the source schema (MariaDB: database)")
+    ta.add_argument("--table", required=True, help="the source table")
+    ta.add_argument("--source", help="the source in cdc.yaml (default: the only one)")
+    ta.add_argument("--name", metavar="NS.TABLE", help="the registration and target name (default: SCHEMA.TABLE)")
+    ta.add_argument("--key", metavar="COL[,COL...]", help="key columns (default: the primary key; required "
+                                                          "for a table without one)")
+    ta.set_defaults(func=_tables)
+    tl = tsub.add_parser("list", help="each registration with its state")
+    tl.add_argument("--json", action="store_true", help="print JSON")
+    tl.set_defaults(func=_tables)
 
     rn = sub.add_parser("run", help="replicate registered tables from Kafka into Iceberg")
     rn.add_argument("--table", help="only this registered table (default: all)")
     rn.add_argument("--available-now", action="store_true",
                     help="process what is in Kafka now, commit, and exit")
+    rn.add_argument("--metrics-port", type=_port, metavar="N",
+                    help="serve Prometheus metrics on http://<host>:N/metrics while the job runs")
     rn.set_defaults(func=_run)
 
     ss = sub.add_parser("status", help="lag, committed position, last snapshot and job state per table")
@@ -188,6 +229,13 @@ def parser() -> argparse.ArgumentParser:
     bs.add_argument("--restart", action="store_true", help="start an unfinished bootstrap over")
     bs.set_defaults(func=_bootstrap)
     return p
+
+
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return value
 
 
 def _positive(text: str) -> int:

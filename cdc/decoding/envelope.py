@@ -140,3 +140,15 @@ def last_per_key(events: list[ChangeEvent | None]) -> dict[tuple, ChangeEvent]:
             result[k] = ChangeEvent(w.key, Operation.DELETE, w.key, w.position, w.source_ts_ms,
                                     w.partition, w.offset)
     return result
+
+
+def row_fields(value) -> list[dict]:
+    """The fields of the row (`after`) in a JSON converter message's schema: field, type,
+    name and parameters each; none when the message has no such schema."""
+    try:
+        fields = json.loads(value)["schema"]["fields"]
+        row = next(f for f in fields if isinstance(f, dict) and f.get("field") == "after")
+        return [{k: f.get(k) for k in ("field", "type", "name", "parameters")} for f in row.get("fields") or []
+                if isinstance(f, dict)]
+    except (ValueError, TypeError, KeyError, StopIteration, AttributeError):
+        return []

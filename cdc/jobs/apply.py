@@ -17,6 +17,7 @@ from cdc.control import commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
+from cdc.decoding.envelope import row_fields
 from cdc.decoding.spark_decode import NON_DATA, decode
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
@@ -26,6 +27,7 @@ from cdc.planning.merge import (append_sql, deletes_table_sql, forget_deletes_sq
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.register.topics import newest_values
+from cdc.report import metrics
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import PROP_COLUMNS
 from cdc.sources.types import Column, debezium_column, toastable
@@ -36,7 +38,7 @@ FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException")
 
 
-def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep):
+def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, table: str | None = None):
     """Run a commit that may meet a concurrent one (a compaction, another writer). Iceberg
     retries plain concurrent commits itself; when validation finds a real conflict, the
     statement runs again from the start, re-reading the table, so the batch is recomputed.
@@ -47,21 +49,11 @@ def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep):
         except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
             if attempt == attempts or not any(c in str(e) for c in CONFLICTS):
                 raise
+            if table:
+                metrics.COMMIT_RETRIES.labels(table).inc()
             print(f"commit conflict (attempt {attempt} of {attempts}), recomputing: "
                   f"{str(e).splitlines()[0][:200]}", file=sys.stderr)
             sleep(0.2 * 2 ** attempt)
-
-
-def row_fields(value) -> list[dict]:
-    """The fields of the row (`after`) in a JSON converter message's schema: field, type,
-    name and parameters each; none when the message has no such schema."""
-    try:
-        fields = json.loads(value)["schema"]["fields"]
-        row = next(f for f in fields if isinstance(f, dict) and f.get("field") == "after")
-        return [{k: f.get(k) for k in ("field", "type", "name", "parameters")} for f in row.get("fields") or []
-                if isinstance(f, dict)]
-    except (ValueError, TypeError, KeyError, StopIteration, AttributeError):
-        return []
 
 
 class BatchTimer:
@@ -78,9 +70,12 @@ class BatchTimer:
         finally:
             self.steps[name] = self.steps.get(name, 0.0) + self.clock() - started
 
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
     def line(self) -> str:
         steps = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.steps.items())
-        return f"{self.clock() - self.started:.2f}s ({steps})"
+        return f"{self.elapsed():.2f}s ({steps})"
 
 
 @dataclass
@@ -197,7 +192,8 @@ class TableApplier:
             F.lit(batch_id).cast("bigint").alias("batch_id"), F.lit(self.job).alias("job"))
         view = f"cdc_dead_{self.name.replace('.', '__')}"
         letters.createOrReplaceTempView(view)
-        run_with_conflict_retries(lambda: spark.sql(dead_letters.record_sql(self.dead_letters_ref, view)))
+        run_with_conflict_retries(lambda: spark.sql(dead_letters.record_sql(self.dead_letters_ref, view)),
+                                  table=self.name)
         print(f"{self.name}: {total} bad record(s) of batch {batch_id} set aside in "
               f"{self.dead_letters_ref}", file=sys.stderr)
 
@@ -228,7 +224,7 @@ class TableApplier:
                 F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
                 F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
                 F.max(F.when(F.col("_op") == "t", F.col("_position"))).alias("truncate"),
-                F.sum((F.col("_op") == "d").cast("int")).alias("deletes"),
+                F.sum((F.col("_op") == "d").cast("int")).alias("deletes"), F.count("*").alias("records"),
             ).collect()
         if not stats:
             # Nothing new (a re-run batch the table holds, or offsets without records): record
@@ -272,7 +268,8 @@ class TableApplier:
         changes.createOrReplaceTempView(view)
         if any(s.deletes for s in stats):  # before the target's commit: a crash in between re-runs both
             with self.timer.step("delete memory"):
-                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)))
+                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)),
+                                          table=self.name)
         table.refresh()
         before = iceberg_spark.current_snapshot_id(table)
         for k, v in props.items():
@@ -284,7 +281,7 @@ class TableApplier:
             statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast)
         try:
             with self.timer.step("merge" if "MERGE" in statement[:5] else "append"):
-                run_with_conflict_retries(lambda: spark.sql(statement))
+                run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
         finally:
             for k in props:
                 spark.conf.unset(SNAPSHOT_PROPERTY + k)
@@ -292,6 +289,7 @@ class TableApplier:
         if iceberg_spark.current_snapshot_id(table) == before:
             iceberg_spark.commit_summary_only(table, props)
         crash_point("after-commit")
-        records = sum(s["last"] - s["first"] + 1 for s in stats)
+        records = sum(s.records for s in stats)
+        metrics.batch_applied(self.name, records, sum(s.errors for s in stats), self.timer.elapsed(), self.timer.steps)
         print(f"{self.name}: batch {batch_id} ({records:,} records) applied in {self.timer.line()}",
               file=sys.stderr, flush=True)

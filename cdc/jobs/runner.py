@@ -24,7 +24,9 @@ from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
 from cdc.planning.dead_letters import dead_letters_ref
 from cdc.planning.merge import deletes_ref, table_ref
+from cdc.register.connector import topic_for
 from cdc.register.topics import existing_topics, topic_id, watermarks
+from cdc.report import metrics
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import table_columns
 
@@ -107,6 +109,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
     return writer.start()
 
 
+LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
 _registries: dict[str, SchemaRegistry] = {}
 
 
@@ -188,6 +191,28 @@ def _input_rows(progress) -> int:
     return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
 
 
+def read_lag(settings: Settings, reg: TableRegistration) -> None:
+    """The table's lag gauge: Kafka's end offsets against the end of the newest batch its
+    checkpoint marks committed (a lag that cannot be read now is read next time)."""
+    topic = topic_for(reg.source.name, reg)
+    try:
+        ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
+    except CdcError:
+        return
+    done = committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}
+    metrics.record_lag(reg.name, ends, done.get(topic, {}))
+
+
+def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
+    """Every LAG_EVERY_S until `stop`: each table's lag, off the supervisor's loop (a
+    Kafka outage stalls only this thread)."""
+    while True:
+        for reg in tables:
+            read_lag(settings, reg)
+        if stop.wait(LAG_EVERY_S):
+            return
+
+
 class Supervisor:
     """Runs one query per table; restarts a table's query with backoff while its failure
     is retriable, for at most `retry_for_s`, then gives up with the last error."""
@@ -203,6 +228,7 @@ class Supervisor:
 
     def backoff(self, name: str, exc: BaseException) -> None:
         """Wait before the next attempt, or raise once retries have run out."""
+        metrics.FAILURES.labels(name).inc()
         if not retriable(exc):
             raise exc if isinstance(exc, CdcError) else _failure(name, exc)
         now = self.clock()
@@ -243,6 +269,7 @@ class Supervisor:
             while True:
                 try:
                     self.queries[name].awaitTermination()
+                    read_lag(self.settings, self.tables[name])
                     break
                 except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
                     self.backoff(name, e)
@@ -257,6 +284,8 @@ class Supervisor:
         for name in self.tables:
             self.start(name)
         stop = threading.Event()
+        threading.Thread(target=watch_lag, args=(self.settings, list(self.tables.values()), stop), daemon=True,
+                         name="cdc-lag").start()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             while not stop.is_set():
@@ -277,6 +306,7 @@ class Supervisor:
             for name in self.queries:
                 jobstate.record(self.settings.state_dir, name, jobstate.STOPPED)
         finally:
+            stop.set()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

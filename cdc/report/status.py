@@ -31,8 +31,8 @@ def _iso_ms(ms) -> str | None:
 
 
 def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
-    out = {"table": reg.name, "target": f"{settings.catalog.name}.{reg.target}",
-           "job": jobstate.read(settings.state_dir, reg.name)}
+    out = {"name": reg.name, "sink": "iceberg", "target": f"{settings.catalog.name}.{reg.target}",
+           "location": None, "job": jobstate.read(settings.state_dir, reg.name)}
     try:
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
@@ -47,7 +47,7 @@ def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
     except NoSuchTableError:
         dead = 0
     return {
-        **out, "registered": True, "topic": topic,
+        **out, "registered": True, "location": table.metadata.location, "topic": topic,
         "kafka_end_offsets": {str(p): o for p, o in sorted(ends.items())},
         "committed_offsets": {str(p): o for p, o in sorted(committed.items())},
         "lag": sum(max(0, o - committed.get(p, 0)) for p, o in ends.items()),
@@ -78,13 +78,13 @@ def format_text(rows: list[dict]) -> str:
     lines = [head]
     for r in rows:
         if not r.get("registered"):
-            lines.append(f"{r['table']:28} {r['job']['state']:10} {'-':>8} {'-':>5}  not registered (cdc register)")
+            lines.append(f"{r['name']:28} {r['job']['state']:10} {'-':>8} {'-':>5}  not registered (cdc register)")
             continue
-        lines.append(f"{r['table']:28} {r['job']['state']:10} {r['lag']:>8} {r['dead_letters']:>5}  "
+        lines.append(f"{r['name']:28} {r['job']['state']:10} {r['lag']:>8} {r['dead_letters']:>5}  "
                      f"{(r['source_commit_time'] or '-'):32} {r['snapshot_id'] or '-'}")
         if r.get("bootstrap") and r["bootstrap"]["state"] != "done":
             lines.append(f"  {r['bootstrap']['method']} bootstrap {r['bootstrap']['id']} unfinished: "
-                         f"run `cdc bootstrap --table {r['table']}` to resume it")
+                         f"run `cdc bootstrap --table {r['name']}` to resume it")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
     return "\n".join(lines)

@@ -16,3 +16,28 @@ def test_missing_config_exits_2(tmp_path, capsys):
 
 def test_flags_in_the_wrong_place_exit_2(capsys):
     assert main(["stack", "up", "--purge"]) == 2
+
+
+def test_metrics_port_must_be_a_tcp_port(capsys):
+    import pytest
+
+    for bad in ("0", "70000", "http"):
+        with pytest.raises(SystemExit) as exit:
+            main(["run", "--metrics-port", bad])
+        assert exit.value.code == 2
+        assert "--metrics-port" in capsys.readouterr().err
+
+
+def test_metrics_port_in_use_is_a_clear_error():
+    import socket
+
+    import pytest
+
+    from cdc.errors import ConfigError
+    from cdc.report.metrics import serve
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        with pytest.raises(ConfigError, match=f"cannot serve metrics on port {sock.getsockname()[1]}"):
+            serve(sock.getsockname()[1], address="127.0.0.1")

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from cdc.errors import ApplyError
-from cdc.jobs.apply import row_fields
+from cdc.decoding.envelope import row_fields
 from cdc.planning.schema import evolve
 from cdc.sources.types import Column, debezium_column
 
