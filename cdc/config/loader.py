@@ -87,7 +87,7 @@ def load_tables(settings: Settings, only: str | None = None) -> list[TableRegist
             raise ConfigError(describe(e, f)) from None
         if f.name != f"{reg.name}.yaml":
             raise ConfigError(f"{f}: the file of table {reg.name!r} must be named {reg.name}.yaml")
-        tables.append(_resolve_source(reg, settings))
+        tables.append(resolve_source(reg, settings))
     if only is not None:
         tables = [t for t in tables if t.name == only]
         if not tables:
@@ -97,7 +97,7 @@ def load_tables(settings: Settings, only: str | None = None) -> list[TableRegist
     return tables
 
 
-def _resolve_source(reg: TableRegistration, settings: Settings) -> TableRegistration:
+def resolve_source(reg: TableRegistration, settings: Settings) -> TableRegistration:
     name = reg.source.name
     if name is None:
         if len(settings.sources) != 1:

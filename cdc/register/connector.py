@@ -169,4 +169,9 @@ def write_secret(dir_: Path, source: str, value: str) -> str:
         escaped = "\\" + escaped  # a leading blank would be taken as separator whitespace
     path.write_text("password=" + escaped + "\n")
     path.chmod(0o600)
-    return f"${{file:{path}:password}}"
+    return secret_file_ref(dir_, source)
+
+
+def secret_file_ref(dir_: Path, source: str) -> str:
+    """The config provider reference to the secret `write_secret` stores for `source`."""
+    return f"${{file:{dir_ / f'{source}.properties'}:password}}"

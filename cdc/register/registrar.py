@@ -8,29 +8,68 @@ import sys
 
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
-from cdc.register.connector import ConnectClient, connector_config, connector_name, topic_for, write_secret
-from cdc.register.topics import ensure_topics
+from cdc.register.connector import (ConnectClient, connector_config, connector_name, secret_file_ref, topic_for,
+                                    write_secret)
+from cdc.register.topics import ensure_topics, existing_topics
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import ensure_table, mark_snapshotted, snapshot_pending
 from cdc.sources import module_of, password
 
 
-def register(settings: Settings, selected: list[TableRegistration], wait_snapshot: bool = True) -> None:
+MASK = "****"  # what a dry run shows of a password
+
+
+def register(settings: Settings, selected: list[TableRegistration], wait_snapshot: bool = True,
+             dry_run: bool = False) -> None:
+    """With `dry_run`, print the target, topic and connector changes it would make, and make none."""
     catalog = load_catalog(settings)
     for reg in selected:
         kind = module_of(settings, reg.source.name)
         with kind.connect(settings, reg.source.name) as conn:
             src = kind.describe_table(conn, reg)
-        created = ensure_table(catalog, reg, src.columns, src.key, topic_for(reg.source.name, reg))
-        print(f"{reg.name}: target {settings.catalog.name}.{reg.target} "
-              f"{'created' if created else 'exists'}, key {', '.join(src.key)}")
+        created = ensure_table(catalog, reg, src.columns, src.key, topic_for(reg.source.name, reg), dry_run=dry_run)
+        done = ("would be created" if dry_run else "created") if created else "exists"
+        print(f"{reg.name}: target {settings.catalog.name}.{reg.target} {done}, key {', '.join(src.key)}"
+              + (f", {len(src.columns)} columns" if created else ""))
 
     # A connector's include list covers every registration of its source, not only the
     # selected ones, so registering one table never drops another from capture.
     everything = load_tables(settings)
     client = ConnectClient(settings.connect_url)
     for source in sorted({r.source.name for r in selected}):
+        if dry_run:
+            _plan_source(settings, client, source, [t for t in everything if t.source.name == source])
+            continue
         _register_source(settings, client, source, [t for t in everything if t.source.name == source], wait_snapshot)
+
+
+def _plan_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration]) -> None:
+    """Print the topics and the connector configuration `_register_source` would write."""
+    missing = sorted({topic_for(source, t) for t in tables} - existing_topics(settings.kafka_bootstrap))
+    for topic in missing:
+        print(f"topic {topic} would be created")
+    name = connector_name(source)
+    previous = client.config(name)
+    config = connector_config(settings, source, tables, secret_ref(settings, source) or MASK)
+    if previous is None:
+        print(f"connector {name} would be created, capturing {len(tables)} table(s):")
+    changes = [(k, (previous or {}).get(k), config.get(k)) for k in sorted(set(config) | set(previous or {}))
+               if k != "name" and (previous or {}).get(k) != config.get(k)]
+    if previous is not None:
+        print(f"connector {name}: " + ("would change:" if changes else "unchanged"))
+    for k, old, new in changes:
+        shown = [MASK if v is not None and "password" in k else v for v in (old, new)]
+        print(f"  {k}: {shown[1]}" if previous is None else f"  {k}: {shown[0]} -> {shown[1]}")
+
+
+def secret_ref(settings: Settings, source: str) -> str | None:
+    """The reference to the source's password the connector config carries, when it is one."""
+    src = settings.sources[source]
+    if src.connector_password_ref:
+        return src.connector_password_ref
+    if settings.connect.url is None:
+        return secret_file_ref(settings.state_dir / "connect" / "secrets", source)
+    return None
 
 
 def _register_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration],

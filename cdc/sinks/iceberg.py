@@ -76,9 +76,9 @@ def partition_spec(schema: Schema, key: tuple[str, ...], buckets: int) -> Partit
 
 
 def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
-                 topic: str) -> bool:
-    """Create the target if it is missing. True when created. An existing target must have
-    been registered with the same key."""
+                 topic: str, dry_run: bool = False) -> bool:
+    """Create the target if it is missing. True when created (with `dry_run`: when it would
+    be, and nothing changes). An existing target must have been registered with the same key."""
     try:
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
@@ -90,10 +90,12 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
         if existing != list(key):
             raise ConfigError(f"target {reg.target} exists with key {existing}, but {reg.name} now has key {list(key)}",
                               hint="drop the target table and register again, or keep the original key")
-        if any(table.properties.get(k) != v for k, v in props.items()):
+        if any(table.properties.get(k) != v for k, v in props.items()) and not dry_run:
             with table.transaction() as tx:
                 tx.set_properties(props)
         return False
+    if dry_run:
+        return True
     ensure_namespace(catalog, reg.namespace)
     schema = build_schema(columns, key)
     catalog.create_table(reg.target, schema=schema,

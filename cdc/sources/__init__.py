@@ -6,6 +6,13 @@ from cdc.config.models import Settings, SourceSettings
 from cdc.errors import ConfigError, SourceError
 
 
+def no_key(schema: str, table: str, reg) -> ConfigError:
+    """A source table without a primary key whose registration names no key columns."""
+    return ConfigError(f"{schema}.{table} has no primary key and {reg.file or 'the registration'} gives no key "
+                       f"columns", hint="add a primary key at the source, or name the key columns: `key:` in the "
+                                        "registration, or `cdc tables add --key COL[,COL...]`")
+
+
 def password(settings: Settings, source: SourceSettings, name: str) -> str:
     if source.password is not None:
         return source.password.get_secret_value()

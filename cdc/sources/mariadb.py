@@ -13,7 +13,7 @@ import pymysql
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError
-from cdc.sources import password
+from cdc.sources import no_key, password
 from cdc.sources.postgres import SourceTable
 from cdc.sources.types import mariadb_column
 
@@ -70,8 +70,7 @@ def describe_table(conn: pymysql.Connection, reg: TableRegistration) -> SourceTa
     else:
         key = primary_key
         if not key:
-            raise ConfigError(f"{schema}.{table} has no primary key and {reg.file} gives no key",
-                              hint="add a primary key at the source, or list the key columns under `key:`")
+            raise no_key(schema, table, reg)
     columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
     return SourceTable(columns, key)
 

@@ -10,7 +10,7 @@ import psycopg.sql
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError
 from cdc.planning.position import parse_lsn
-from cdc.sources import password
+from cdc.sources import no_key, password
 from cdc.sources.types import Column, postgres_column
 
 
@@ -65,8 +65,7 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
     else:
         key = primary_key
         if not key:
-            raise ConfigError(f"{schema}.{table} has no primary key and {reg.file} gives no key",
-                              hint="add a primary key at the source, or list the key columns under `key:`")
+            raise no_key(schema, table, reg)
     # Key columns are never null in the target.
     columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
     return SourceTable(columns, key)

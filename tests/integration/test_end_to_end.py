@@ -5,6 +5,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+import yaml
+
+from cdc.register.connector import ConnectClient, connector_name
 
 from tests.compare import assert_equal
 
@@ -170,6 +173,59 @@ def test_table_without_primary_key_replicates_by_the_registered_key(env, capsys)
     assert assert_equal(env.dsn, s, "keyed_by_config", env.catalog, f"{s}.keyed_by_config", ("code",)) == 19
 
 
+def test_tables_add_introspects_a_composite_key_and_refuses_a_keyless_table(env, capsys):
+    import json
+
+    s, tables = env.schema, env.settings.path(env.settings.tables_dir)
+    assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", f"{s}.lines_added") == 0
+    written = (tables / f"{s}.lines_added.yaml").read_text()
+    assert yaml.safe_load(written) == {"name": f"{s}.lines_added", "source": {"schema": s, "table": "lines"},
+                                       "key": ["order_id", "line_no"]}
+    assert "#   sku text" in written and "#   line_no smallint not null  (key)" in written
+    capsys.readouterr()
+    assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", f"{s}.lines_added") == 2
+    assert "already exists" in capsys.readouterr().err and (tables / f"{s}.lines_added.yaml").read_text() == written
+    try:
+        assert env.cdc("tables", "add", "--schema", s, "--table", "no_key") == 2
+        err = capsys.readouterr().err
+        assert "has no primary key" in err and "--key" in err and not (tables / f"{s}.no_key.yaml").exists()
+        assert env.cdc("tables", "add", "--schema", s, "--table", "no_key", "--key", "a,b") == 2
+        assert "REPLICA IDENTITY FULL" in capsys.readouterr().err  # updates would carry no key
+        assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", "not-qualified") == 2
+        assert "<namespace>.<table>" in capsys.readouterr().err
+        assert env.cdc("tables", "list", "--json") == 0
+        listed = {t["name"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
+        assert listed[f"{s}.lines_added"]["state"] == "new" and listed[f"{s}.lines"]["state"] == "registered"
+        assert listed[f"{s}.lines"]["key"] is None and listed[f"{s}.lines_added"]["key"] == ["order_id", "line_no"]
+    finally:
+        (tables / f"{s}.lines_added.yaml").unlink()
+
+
+def test_register_dry_run_prints_the_changes_and_makes_none(env, capsys):
+    from cdc.register.topics import existing_topics
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".pairs (region text, code int, label text, PRIMARY KEY (region, code))')
+    env.sql(f'INSERT INTO "{s}".pairs SELECT \'r\' || (g % 3), g, \'l\' || g FROM generate_series(1, 12) g')
+    assert env.cdc("tables", "add", "--schema", s, "--table", "pairs") == 0
+    client, connector, topic = ConnectClient(env.settings.connect_url), connector_name(env.source), f"{env.source}.{s}.pairs"
+    before = client.config(connector)
+    capsys.readouterr()
+    assert env.cdc("register", "--dry-run", "--table", f"{s}.pairs") == 0
+    out = capsys.readouterr().out
+    assert f"target lake.{s}.pairs would be created, key region, code" in out
+    assert f"topic {topic} would be created" in out
+    assert f"connector {connector}: would change:" in out and f"{s}.pairs" in out.split("table.include.list")[1]
+    assert "password" not in out or "****" in out
+    assert client.config(connector) == before and topic not in existing_topics(env.settings.kafka_bootstrap)
+    assert not env.catalog.table_exists(f"{s}.pairs")
+    assert env.cdc("register", "--table", f"{s}.pairs") == 0  # then for real: the table replicates
+    env.replicate("pairs")
+    assert assert_equal(env.dsn, s, "pairs", env.catalog, f"{s}.pairs", ("region", "code")) == 12
+    assert env.cdc("register", "--dry-run", "--table", f"{s}.pairs") == 0
+    assert f"connector {connector}: unchanged" in capsys.readouterr().out
+
+
 def test_status_reports_lag_positions_and_job_state(env, capsys):
     import json
 
@@ -178,13 +234,15 @@ def test_status_reports_lag_positions_and_job_state(env, capsys):
     env.replicate("events")
     capsys.readouterr()
     assert env.cdc("status", "--json", "--table", name) == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["tables"]
     assert row["lag"] == 0 and row["committed_offsets"] == row["kafka_end_offsets"]
+    assert (row["name"], row["sink"]) == (name, "iceberg")
+    assert row["location"] == env.catalog.load_table(name).metadata.location and row["location"].startswith("file:")
     assert row["job"]["state"] == "caught-up" and row["position"] and row["source_commit_time"]
     assert row["dead_letters"] == 0 and row["snapshot_id"]
     env.wait_captured(env.transaction(f'INSERT INTO "{s}".events VALUES (900, \'pending\'), (901, \'pending\')'))
     assert env.cdc("status", "--json", "--table", name) == 0
-    (pending,) = json.loads(capsys.readouterr().out)
+    (pending,) = json.loads(capsys.readouterr().out)["tables"]
     assert pending["lag"] == 2 and pending["position"] == row["position"]
     env.replicate("events")
     assert env.cdc("status", "--table", name) == 0
@@ -227,32 +285,69 @@ def last_record_value(env, topic: str) -> bytes:
 
 
 def test_continuous_run_applies_changes_until_interrupted(env, tmp_path):
+    """A running job applies new changes, and its metrics endpoint, scraped meanwhile,
+    shows the applied events rising and the lag falling to zero."""
+    import socket
     import time
 
     from tests.compare import differences, source_rows, target_rows
     from tests.conftest import interrupt, start_driver
 
     s = env.schema
+    name = f"{s}.events"
     env.replicate("events")
+    env.wait_captured(env.transaction(
+        f'INSERT INTO "{s}".events SELECT g, \'backlog \' || g FROM generate_series(300, 339) g'))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     log = tmp_path / "run.log"
     with open(log, "w") as out:
-        proc = start_driver(env, "events", out)
+        proc = start_driver(env, "events", out, args=("--metrics-port", str(port)))
+    scrapes = []
     try:
-        env.transaction(f'INSERT INTO "{s}".events SELECT g, \'live \' || g FROM generate_series(200, 260) g',
-                        f'DELETE FROM "{s}".events WHERE id = 100')
+        live = False
         deadline = time.monotonic() + 180
         while True:  # poll the condition: the running job makes the target equal the source
+            scrapes.append(scrape(port, name))
+            if scrapes[-1]["applied"] and not live:  # the backlog is being applied: now live changes
+                env.transaction(f'INSERT INTO "{s}".events SELECT g, \'live \' || g FROM generate_series(200, 260) g',
+                                f'DELETE FROM "{s}".events WHERE id = 100')
+                live = True
             diffs = differences(source_rows(env.dsn, s, "events", ("id",)),
-                                target_rows(env.catalog, f"{s}.events", ("id",)))
-            if not diffs:
+                                target_rows(env.catalog, name, ("id",)))
+            if live and not diffs and scrapes[-1]["lag"] == 0:
                 break
             assert proc.poll() is None, f"cdc run exited early:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"not equal after 180s: {diffs[:5]}"
+            assert time.monotonic() < deadline, f"not equal after 180s: {diffs[:5]}, metrics {scrapes[-3:]}"
             time.sleep(1)
     finally:
         interrupt(proc)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert "stop requested" in log.read_text()
+    applied = [m["applied"] for m in scrapes if m["applied"] is not None]
+    lags = [m["lag"] for m in scrapes if m["lag"] is not None]
+    assert applied == sorted(applied) and applied[-1] >= 40 + 61, scrapes  # the backlog, then the live inserts
+    assert max(lags) >= 40 and lags[-1] == 0, scrapes  # the backlog was seen waiting, then none
+    assert scrapes[-1]["batches"] >= 2
+
+
+def scrape(port: int, table: str) -> dict:
+    """cdc_events_applied, the summed cdc_lag_records and the batch count of `table` from
+    the job's /metrics (None before the job has them; nothing when it does not answer yet)."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except requests.ConnectionError:
+        return {"applied": None, "lag": None, "batches": None}
+    samples = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
+               if s.labels.get("table") == table]
+    lag = [v for n, _, v in samples if n == "cdc_lag_records"]
+    return {"applied": next((v for n, _, v in samples if n == "cdc_events_applied_total"), None),
+            "lag": sum(lag) if lag else None,
+            "batches": next((v for n, _, v in samples if n == "cdc_batch_duration_seconds_count"), None)}
 
 
 def test_tables_in_one_application_commit_only_their_own_offsets(env):

@@ -1,0 +1,73 @@
+"""`cdc tables add` and `cdc tables list`: a registration written from what the source
+says of the table (its columns and primary key), and each registration with its state."""
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from cdc.config.loader import describe, load_tables, resolve_source
+from cdc.config.models import Settings, TableRegistration
+from cdc.control import jobstate
+from cdc.errors import ConfigError
+from cdc.sources import module_of
+
+
+def add(settings: Settings, schema: str, table: str, source: str | None = None, name: str | None = None,
+        key: tuple[str, ...] | None = None) -> Path:
+    """Introspect the source table and write `<tables_dir>/<name>.yaml`; returns its path.
+    A table without a primary key needs `key`; an existing registration is never overwritten."""
+    name = name or f"{schema}.{table}"
+    tables_dir = settings.path(settings.tables_dir)
+    path = tables_dir / f"{name}.yaml"
+    body = {"name": name, "source": {**({"name": source} if source else {}), "schema": schema, "table": table}}
+    try:
+        reg = TableRegistration(**body, key=key)
+    except ValidationError as e:
+        raise ConfigError(describe(e, Path("cdc tables add"))) from None
+    reg = resolve_source(reg, settings)
+    if path.exists():
+        raise ConfigError(f"{path} already exists", hint="edit it, or remove it and add the table again")
+    kind = module_of(settings, reg.source.name)
+    with kind.connect(settings, reg.source.name) as conn:
+        src = kind.describe_table(conn, reg)
+    columns = "\n".join(f"#   {c.name} {c.source_type or c.kind}{'' if c.nullable else ' not null'}"
+                        f"{'  (key)' if c.name in src.key else ''}" for c in src.columns)
+    header = (f"# {reg.source.name}: {schema}.{table}, introspected {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} "
+              f"UTC by `cdc tables add`.\n# Columns (cdc register reads them again from the source):\n{columns}\n")
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump({**body, "key": list(src.key)}, sort_keys=False))
+    return path
+
+
+def listing(settings: Settings) -> list[dict]:
+    """Each registration: its source table, key, target and state (`new` until `cdc register`
+    has created its target, then `registered`), and its job's state."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from cdc.sinks.catalog import load_catalog
+
+    catalog = load_catalog(settings)
+    out = []
+    for reg in load_tables(settings):
+        try:
+            catalog.load_table(reg.target)
+            state = "registered"
+        except NoSuchTableError:
+            state = "new"
+        out.append({"name": reg.name, "source": reg.source.name,
+                    "source_table": f"{reg.source.schema_}.{reg.source.table}",
+                    "key": list(reg.key) if reg.key else None, "sink": "iceberg",
+                    "target": f"{settings.catalog.name}.{reg.target}", "state": state,
+                    "job": jobstate.read(settings.state_dir, reg.name)["state"], "file": str(reg.file)})
+    return out
+
+
+def format_listing(rows: list[dict]) -> str:
+    lines = [f"{'table':28} {'state':11} {'job':10} {'source':34} key"]
+    for r in rows:
+        lines.append(f"{r['name']:28} {r['state']:11} {r['job']:10} {r['source'] + ':' + r['source_table']:34} "
+                     f"{', '.join(r['key']) if r['key'] else '(primary key)'}")
+    return "\n".join(lines if rows else lines + ["(no registered tables: cdc tables add --schema S --table T)"])
