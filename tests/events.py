@@ -40,9 +40,9 @@ class Topic:
     def tombstone(self, key: dict, offset: int | None = None) -> tuple:
         return self._add(key, None, offset)
 
-    def truncate(self, commit_lsn: int, lsn: int) -> tuple:
+    def truncate(self, commit_lsn: int, lsn: int, ts_ms: int = 1_700_000_000_000) -> tuple:
         value = {"before": None, "after": None, "op": "t",
-                 "source": {"lsn": lsn, "ts_ms": 1_700_000_000_000, "sequence": json.dumps([str(commit_lsn), str(lsn)])}}
+                 "source": {"lsn": lsn, "ts_ms": ts_ms, "sequence": json.dumps([str(commit_lsn), str(lsn)])}}
         return self._add(None, value)
 
     def raw(self, key: bytes | None, value: bytes | None) -> tuple:

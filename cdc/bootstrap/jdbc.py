@@ -55,7 +55,8 @@ def read_chunk(spark, settings: Settings, reg: TableRegistration, columns: tuple
     return spark.read.jdbc(url, query, predicates=predicates, properties=opts)
 
 
-def as_target_rows(df: DataFrame, columns: tuple[Column, ...], taken_at, strict: bool = True) -> DataFrame:
+def as_target_rows(df: DataFrame, columns: tuple[Column, ...], taken_at, strict: bool = True,
+                   mode: str = "upsert") -> DataFrame:
     """Source rows (in Debezium's wire form) in the target's types, with the metadata of a
     snapshot read. A value without an exact target value fails the read, naming it
     (`strict`), or becomes null (a comparison then finds the row differs)."""
@@ -76,4 +77,14 @@ def as_target_rows(df: DataFrame, columns: tuple[Column, ...], taken_at, strict:
         F.lit(taken_at).cast("timestamp").alias("_cdc_source_ts"),
         F.lit(None).cast("int").alias("_cdc_kafka_partition"),
         F.lit(None).cast("bigint").alias("_cdc_kafka_offset"),
+        *MODE_COLUMNS[mode](taken_at),
     )
+
+
+MODE_COLUMNS = {  # a snapshot row's mode columns: a live row, its version valid from the snapshot
+    "upsert": lambda taken_at: [],
+    "soft_delete": lambda taken_at: [F.lit(False).alias("_cdc_deleted")],
+    "history": lambda taken_at: [F.lit(taken_at).cast("timestamp").alias("_cdc_valid_from"),
+                                 F.lit(None).cast("timestamp").alias("_cdc_valid_to"),
+                                 F.lit(True).alias("_cdc_current")],
+}

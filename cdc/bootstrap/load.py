@@ -30,10 +30,11 @@ from cdc.errors import ConfigError, DependencyError
 from cdc.jobs.runner import load_target, run
 from cdc.jobs.session import get_session
 from cdc.planning.merge import table_ref
+from cdc.planning.protect import mask_columns, mask_key
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.topics import topic_id, watermarks
 from cdc.sinks import iceberg_spark
-from cdc.sinks.iceberg import table_columns
+from cdc.sinks.iceberg import check_protection, table_columns
 from cdc.sources import module_of, postgres
 
 DEFAULT_CHUNK_ROWS = 500_000
@@ -51,6 +52,7 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
     spark = get_session(settings).newSession()
     _, table = load_target(spark, settings, reg)
     columns, key, topic = table_columns(iceberg_spark.properties(table))
+    check_protection(reg, iceberg_spark.properties(table))
     text = iceberg_spark.properties(table).get(PROPERTY)
     current = Bootstrap.from_json(text) if text else None
     started = time.monotonic()
@@ -130,7 +132,8 @@ def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootst
         for i in todo:
             rows = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, boot.key_column,
                                                        boot.chunks[i], exported.name, partitions),
-                                       columns, exported.taken_at)
+                                       columns, exported.taken_at, mode=reg.mode)
+            rows = mask_columns(rows, reg.mask, mask_key(settings, reg))  # never written in clear
             record = json.dumps({"id": boot.id, "index": i, "snapshot": asdict(snapshot)})
             rows.writeTo(ref).option(f"snapshot-property.{CHUNK}", record).append()
             table.refresh()

@@ -135,6 +135,15 @@ class CatalogSettings(Frozen):
         return check_identifier(v, "catalog name")
 
 
+class MaskingSettings(Frozen):
+    """The key of the keyed hash (HMAC-SHA256) that a registration's `mask` columns get:
+    from the environment (`key: ${CDC_MASK_KEY}`) or a file (`key_file`), never from this
+    file. The same key gives the same hash, so masked values still join and group."""
+
+    key: SecretStr | None = None
+    key_file: Path | None = None
+
+
 class SparkSettings(Frozen):
     master: str = "local[2]"
     driver_memory: str = "2g"
@@ -157,6 +166,7 @@ class Settings(Frozen):
     schema_registry: SchemaRegistrySettings = SchemaRegistrySettings()
     catalog: CatalogSettings = CatalogSettings()
     spark: SparkSettings = SparkSettings()
+    masking: MaskingSettings = MaskingSettings()
     tables_dir: Path = Path("tables")
     jars_dir: Path = Path(".cache/jars")  # filled by `make setup` from jvm/pom.xml
     debezium_dir: Path = Path("debezium")  # connector templates and Connect worker settings
@@ -229,13 +239,23 @@ class TableOptions(Frozen):
     # A record that cannot be decoded or applied: set aside in <target>__cdc_dead_letters
     # and the job goes on (dlq), or the job stops with nothing of the batch committed (fail).
     on_error: Literal["dlq", "fail"] = "dlq"
+    # Micro-batch sizing. A batch takes what Kafka holds, at most max_offsets_per_trigger
+    # records (a backlog is caught up in batches of that size, back to back); a continuous
+    # job starts one every trigger_interval_s, or, with min_offsets_per_trigger, once that
+    # many records wait or max_trigger_delay_s has passed (fewer, larger commits).
     max_offsets_per_trigger: int | None = Field(None, ge=1)
+    trigger_interval_s: float = Field(2.0, gt=0, le=3600)
+    min_offsets_per_trigger: int | None = Field(None, ge=1)
+    max_trigger_delay_s: int = Field(60, ge=1)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # How long a deleted key is remembered (by source commit time), so that a late or
     # replayed older change of that key cannot bring the row back.
     delete_horizon_hours: int = Field(168, ge=0)
     # `cdc maintain`: snapshots older than this go (never the newest one with cdc offsets).
     snapshot_retention_hours: int = Field(24, ge=0)
+
+
+MODES = ("upsert", "history", "soft_delete")
 
 
 class TableRegistration(Frozen):
@@ -245,6 +265,11 @@ class TableRegistration(Frozen):
     source: SourceRef
     key: tuple[str, ...] | None = None  # None: the source's primary key
     target: str | None = None  # default: `name`
+    # upsert: the target holds each key's current row; history: every version of every row
+    # with its validity interval (SCD type 2); soft_delete: a deleted row stays, marked.
+    mode: Literal["upsert", "history", "soft_delete"] = "upsert"
+    exclude: tuple[str, ...] = ()  # source columns that never reach the target
+    mask: tuple[str, ...] = ()  # source columns stored as a keyed hash (masking.key in cdc.yaml)
     partitioning: Partitioning = Partitioning()
     options: TableOptions = TableOptions()
     file: Path | None = Field(None, exclude=True)
@@ -270,6 +295,24 @@ class TableRegistration(Frozen):
             for col in v:
                 check_identifier(col, "key column")
         return v
+
+    @field_validator("exclude", "mask")
+    @classmethod
+    def _columns(cls, v: tuple[str, ...], info) -> tuple[str, ...]:
+        for col in v:
+            check_identifier(col, f"{info.field_name} column")
+        return v
+
+    @model_validator(mode="after")
+    def _protected_columns(self) -> "TableRegistration":
+        both = sorted(set(self.exclude) & set(self.mask))
+        if both:
+            raise ValueError(f"column(s) {', '.join(both)} are both in exclude and in mask: name each in one")
+        keyed = sorted(set(self.key or ()) & (set(self.exclude) | set(self.mask)))
+        if keyed:
+            raise ValueError(f"key column(s) {', '.join(keyed)} cannot be excluded or masked: the target "
+                             f"needs the key in clear to apply changes and to reconcile")
+        return self
 
     @model_validator(mode="after")
     def _default_target(self) -> "TableRegistration":

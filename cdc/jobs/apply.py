@@ -22,8 +22,10 @@ from cdc.decoding.spark_decode import NON_DATA, decode
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
-from cdc.planning.merge import (append_sql, deletes_table_sql, forget_deletes_sql, merge_sql, remember_deletes_sql,
-                                remembered_deletes_sql, truncate_sql)
+from cdc.planning.history import history_changes, stored_versions
+from cdc.planning.merge import (append_sql, deletes_table_sql, forget_deletes_sql, history_merge_sql, merge_sql,
+                                remember_deletes_sql, remembered_deletes_sql, truncate_sql)
+from cdc.planning.protect import mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.register.topics import newest_values
@@ -101,6 +103,10 @@ class TableApplier:
     source_kind: str = "postgresql"  # how the events' source block gives their position
     registry: avro.SchemaRegistry | None = None  # set when the topic is in Confluent's Avro wire format
     kafka_bootstrap: str | None = None  # where the newest records' schemas are read (else a scan of the batch)
+    mode: str = "upsert"  # upsert, history or soft_delete (TableRegistration.mode)
+    excluded: tuple[str, ...] = ()  # source columns never decoded nor added to the target
+    masked: tuple[str, ...] = ()  # columns stored as their keyed hash (planning/protect.py)
+    mask_key: bytes | None = field(default=None, repr=False)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
 
     def prepare(self, spark) -> "TableApplier":
@@ -108,6 +114,8 @@ class TableApplier:
         by_name = {c.name: c for c in self.columns}
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key]))
         spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
+        if self.masked and not self.mask_key:
+            raise ValueError(f"table {self.name}: masked columns need a masking key")
         if self.on_error == "dlq":
             if not self.dead_letters_ref:
                 raise ValueError(f"table {self.name}: on_error dlq needs a dead-letter table")
@@ -134,6 +142,7 @@ class TableApplier:
         events = decode(envelopes, self.columns, self.key, self.source_kind)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
+        events = mask_columns(events, self.masked, self.mask_key)  # before anything is written
         events = events.persist()
         try:
             self._apply(spark, table, batch, events, summary, committed, self._planned_end(batch_id), batch_id)
@@ -153,6 +162,8 @@ class TableApplier:
         for fields in schemas:
             for f in fields:
                 params = f["parameters"] or {}
+                if f["field"] in self.excluded:
+                    continue
                 if f["field"] in known and "__debezium.source.column.type" not in params:
                     continue  # without the source type only new columns are told
                 seen.append(debezium_column(f["field"], f["type"], f["name"], params, self.name, self.source_kind))
@@ -162,9 +173,12 @@ class TableApplier:
             return
         last = [c.name for c in self.columns][-1]
         for c in missing:  # added after the last source column, before the _cdc_ columns
-            spark.sql(f"ALTER TABLE {self.target_ref} ADD COLUMN {q(c.name)} {c.spark_type} AFTER {q(last)}")
+            kind = "STRING" if c.name in self.masked else c.spark_type
+            spark.sql(f"ALTER TABLE {self.target_ref} ADD COLUMN {q(c.name)} {kind} AFTER {q(last)}")
             last = c.name
         for c in evolution.widened:  # the same type again is a no-op (a re-run batch)
+            if c.name in self.masked:
+                continue  # its hash is a string whatever the source type
             spark.sql(f"ALTER TABLE {self.target_ref} ALTER COLUMN {q(c.name)} TYPE {c.spark_type}")
         table.refresh()
         table.updateProperties().set(PROP_COLUMNS, json.dumps([c.to_json() for c in evolution.columns])).commit()
@@ -224,6 +238,7 @@ class TableApplier:
                 F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
                 F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
                 F.max(F.when(F.col("_op") == "t", F.col("_position"))).alias("truncate"),
+                F.max(F.when(F.col("_op") == "t", F.unix_millis("_source_ts"))).alias("truncate_ms"),
                 F.sum((F.col("_op") == "d").cast("int")).alias("deletes"), F.count("*").alias("records"),
             ).collect()
         if not stats:
@@ -251,40 +266,35 @@ class TableApplier:
         truncated = max((s.truncate for s in stats if s.truncate), default=None)
         if truncated:
             with self.timer.step("truncate"):
-                spark.sql(truncate_sql(self.target_ref, truncated))
+                at_ms = max((s.truncate_ms for s in stats if s.truncate_ms is not None), default=None)
+                spark.sql(truncate_sql(self.target_ref, truncated, self.mode, at_ms))
             if truncated > (iceberg_spark.properties(table).get(TRUNCATED_AT) or ""):  # a replay never lowers it
                 table.updateProperties().set(TRUNCATED_AT, truncated).commit()
             events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
         toast = tuple(c.name for c in toastable(self.columns, self.key))
-        changes = last_per_key(events.where(~F.col("_op").isin("t", NON_DATA)), self.key,
-                               tuple(c.name for c in self.columns), toast)
+        names = tuple(c.name for c in self.columns)
+        events = events.where(~F.col("_op").isin("t", NON_DATA))
         remembered = spark.sql(remembered_deletes_sql(self.deletes_ref, self.key))
-        on = [F.col(q(k)).eqNullSafe(F.col(f"_deleted_{i}")) for i, k in enumerate(self.key)]
-        changes = changes.join(remembered, on=reduce(lambda a, b: a & b, on), how="left").drop(
-            *[f"_deleted_{i}" for i in range(len(self.key))])
-        view = f"cdc_batch_{self.name.replace('.', '__')}"
-        changes.createOrReplaceTempView(view)
-        if any(s.deletes for s in stats):  # before the target's commit: a crash in between re-runs both
-            with self.timer.step("delete memory"):
-                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)),
-                                          table=self.name)
-        table.refresh()
-        before = iceberg_spark.current_snapshot_id(table)
-        for k, v in props.items():
-            spark.conf.set(SNAPSHOT_PROPERTY + k, v)
-        names, floor = tuple(c.name for c in self.columns), iceberg_spark.properties(table).get(TRUNCATED_AT)
-        if iceberg_spark.holds_no_rows(table):  # a first load (a snapshot's `r` events): a bulk append
-            statement = append_sql(self.target_ref, view, names, floor)
+        if self.mode == "history":  # every change is a version: no last change per key
+            floor = iceberg_spark.properties(table).get(TRUNCATED_AT)
+            changes = self._remembered(events.where(F.col("_position") > floor) if floor else events, remembered)
+            stored = stored_versions(spark.sql(f"SELECT * FROM {self.target_ref}"),
+                                     events.select(*[q(k) for k in self.key]).distinct(), self.key, toast)
+            changes = history_changes(changes, stored, self.key, names, toast)
         else:
-            statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast)
+            changes = self._remembered(last_per_key(events, self.key, names, toast), remembered)
+        view = f"cdc_batch_{self.name.replace('.', '__')}"
+        deletes = any(s.deletes for s in stats) and self.mode != "history"  # history keeps its own
+        if deletes:  # read twice, by the delete memory's insert and by the MERGE: computed once
+            changes = changes.persist()
+        changes.createOrReplaceTempView(view)
         try:
-            with self.timer.step("merge" if "MERGE" in statement[:5] else "append"):
-                run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
+            before = self._commit(spark, table, view, deletes, props, toast)
         finally:
-            for k in props:
-                spark.conf.unset(SNAPSHOT_PROPERTY + k)
+            if deletes:
+                changes.unpersist()
         table.refresh()
         if iceberg_spark.current_snapshot_id(table) == before:
             iceberg_spark.commit_summary_only(table, props)
@@ -293,3 +303,35 @@ class TableApplier:
         metrics.batch_applied(self.name, records, sum(s.errors for s in stats), self.timer.elapsed(), self.timer.steps)
         print(f"{self.name}: batch {batch_id} ({records:,} records) applied in {self.timer.line()}",
               file=sys.stderr, flush=True)
+
+    def _remembered(self, changes: DataFrame, remembered: DataFrame) -> DataFrame:
+        """`changes` with the newest remembered delete position of each key (`_deleted_position`)."""
+        on = [F.col(q(k)).eqNullSafe(F.col(f"_deleted_{i}")) for i, k in enumerate(self.key)]
+        return changes.join(remembered, on=reduce(lambda a, b: a & b, on), how="left").drop(
+            *[f"_deleted_{i}" for i in range(len(self.key))])
+
+    def _commit(self, spark, table, view: str, deletes: bool, props: dict, toast: tuple[str, ...]):
+        """The delete memory's insert, then the target's one commit (a MERGE, or an append
+        into an empty target) with the batch's offsets; returns the snapshot id before it."""
+        if deletes:  # before the target's commit: a crash in between re-runs both
+            with self.timer.step("delete memory"):
+                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)),
+                                          table=self.name)
+        table.refresh()
+        before = iceberg_spark.current_snapshot_id(table)
+        for k, v in props.items():
+            spark.conf.set(SNAPSHOT_PROPERTY + k, v)
+        names, floor = tuple(c.name for c in self.columns), iceberg_spark.properties(table).get(TRUNCATED_AT)
+        if self.mode == "history":
+            statement = history_merge_sql(self.target_ref, view, self.key, names)
+        elif iceberg_spark.holds_no_rows(table):  # a first load (a snapshot's `r` events): a bulk append
+            statement = append_sql(self.target_ref, view, names, floor, self.mode)
+        else:
+            statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast, mode=self.mode)
+        try:
+            with self.timer.step("merge" if "MERGE" in statement[:5] else "append"):
+                run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
+        finally:
+            for k in props:
+                spark.conf.unset(SNAPSHOT_PROPERTY + k)
+        return before

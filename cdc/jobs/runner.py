@@ -28,7 +28,8 @@ from cdc.register.connector import topic_for
 from cdc.register.topics import existing_topics, topic_id, watermarks
 from cdc.report import metrics
 from cdc.sinks import iceberg_spark
-from cdc.sinks.iceberg import table_columns
+from cdc.planning.protect import mask_key
+from cdc.sinks.iceberg import check_protection, table_columns
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ def load_target(spark, settings: Settings, reg: TableRegistration):
     try:
         return ref, iceberg_spark.load_table(spark, ref)
     except Exception as e:  # noqa: BLE001 - py4j wraps NoSuchTableException
-        if "NoSuchTable" in str(e) or "not found" in str(e).lower():
-            raise ApplyError(f"target {ref} of table {reg.name} does not exist",
+        if any(m in str(e) for m in ("NoSuchTable", "TABLE_OR_VIEW_NOT_FOUND")) or "not found" in str(e).lower():
+            raise ApplyError(f"target {settings.catalog.name}.{reg.target} of table {reg.name} does not exist",
                              hint=f"run `cdc register --table {reg.name}` first") from None
         raise
 
@@ -63,6 +64,7 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     ref, table = load_target(spark, settings, reg)
     properties = iceberg_spark.properties(table)
     columns, key, topic = table_columns(properties)
+    check_protection(reg, properties)
     boot = check_not_running(reg.name, properties)
     if topic not in existing_topics(settings.kafka_bootstrap):
         raise ApplyError(f"Kafka topic {topic} of table {reg.name} does not exist",
@@ -79,6 +81,18 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None)
 
 
+def batch_sizing(options, available_now: bool) -> dict[str, str]:
+    """The Kafka source's admission options of a table (`TableOptions`): a cap per batch,
+    and for a continuous job, a minimum to wait for (up to the delay)."""
+    out = {}
+    if options.max_offsets_per_trigger:
+        out["maxOffsetsPerTrigger"] = str(options.max_offsets_per_trigger)
+    if options.min_offsets_per_trigger and not available_now:  # AvailableNow takes what is there
+        out["minOffsetsPerTrigger"] = str(options.min_offsets_per_trigger)
+        out["maxTriggerDelay"] = f"{options.max_trigger_delay_s}s"
+    return out
+
+
 def stream_query(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
                  start: dict[str, str], available_now: bool, skip_committed: bool = True,
                  applier_type: type[TableApplier] = TableApplier):
@@ -91,9 +105,8 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               .option("includeHeaders", "false")
               # A topic with fewer partitions than cores is still read and decoded on every core.
               .option("minPartitions", str(spark.sparkContext.defaultParallelism))
+              .options(**batch_sizing(reg.options, available_now))
               .options(**start))
-    if reg.options.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(reg.options.max_offsets_per_trigger))
     applier = applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
                            job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
                            topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
@@ -102,14 +115,23 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            delete_horizon_hours=reg.options.delete_horizon_hours,
                            source_kind=settings.sources[reg.source.name].kind,
                            registry=registry_of(settings, reg),
-                           kafka_bootstrap=settings.kafka_bootstrap).prepare(spark)
+                           kafka_bootstrap=settings.kafka_bootstrap, mode=reg.mode, excluded=reg.exclude,
+                           masked=reg.mask, mask_key=mask_key(settings, reg)).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
               .option("checkpointLocation", str(checkpoint)))
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="2 seconds")
-    return writer.start()
+    writer = (writer.trigger(availableNow=True) if available_now
+              else writer.trigger(processingTime=f"{int(reg.options.trigger_interval_s * 1000)} milliseconds"))
+    # The query's jobs run in a fair-scheduler pool of the table's own: one busy table
+    # cannot starve the others of the application's cores.
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", reg.name)
+    try:
+        return writer.start()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
 
 
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
+FAILED_RETRY_S = 60.0  # how long a continuous job waits before it tries a failed table again
 _registries: dict[str, SchemaRegistry] = {}
 
 
@@ -215,7 +237,8 @@ def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threadi
 
 class Supervisor:
     """Runs one query per table; restarts a table's query with backoff while its failure
-    is retriable, for at most `retry_for_s`, then gives up with the last error."""
+    is retriable, for at most `retry_for_s`, then gives that table up with its last error
+    (the other tables go on)."""
 
     def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
                  clock=time.monotonic, sleep=time.sleep):
@@ -225,6 +248,8 @@ class Supervisor:
         self.queries: dict = {}
         self.failing_since: dict[str, float] = {}
         self.delay: dict[str, float] = {}
+        self.failed: dict[str, CdcError] = {}  # tables given up, with their error
+        self.retry_at: dict[str, float] = {}
 
     def backoff(self, name: str, exc: BaseException) -> None:
         """Wait before the next attempt, or raise once retries have run out."""
@@ -262,53 +287,109 @@ class Supervisor:
             except Exception as e:  # noqa: BLE001 - py4j: the catalog or Kafka failing under Spark
                 self.backoff(name, e)
 
-    def run_available_now(self) -> None:
-        for name in self.tables:
+    def fail(self, name: str, error: CdcError) -> None:
+        """A table given up: recorded and reported, and the other tables go on. A continuous
+        job tries it again after FAILED_RETRY_S."""
+        error.table = error.table or name
+        self.failed[name] = error
+        self.retry_at[name] = self.clock() + FAILED_RETRY_S
+        query = self.queries.pop(name, None)
+        if query is not None and query.isActive:
+            query.stop()
+        jobstate.record(self.settings.state_dir, name, jobstate.FAILED, error.message)
+        others = len(self.tables) - len(self.failed)
+        print(f"{name}: failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else ""),
+              file=sys.stderr, flush=True)
+
+    def start_or_fail(self, name: str) -> None:
+        try:
             self.start(name)
+        except CdcError as e:
+            self.fail(name, e)
+
+    def outcome(self) -> None:
+        """Raise for the failed tables: a lone failed table's own error, else one naming each."""
+        if len(self.failed) == 1:
+            raise next(iter(self.failed.values()))
+        if self.failed:
+            names = sorted(self.failed)
+            raise ApplyError(f"{len(names)} of {len(self.tables)} tables failed ({', '.join(names)}): "
+                             + "; ".join(self.failed[n].message for n in names),
+                             hint="each table's error is above and in `cdc status`; the other tables were applied")
+
+    def run_available_now(self) -> None:
+        """Each table up to what Kafka holds now; a table that fails does not stop the others."""
         for name in self.tables:
-            while True:
+            self.start_or_fail(name)
+        for name in list(self.queries):
+            while name not in self.failed:
                 try:
                     self.queries[name].awaitTermination()
                     read_lag(self.settings, self.tables[name])
                     break
                 except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
-                    self.backoff(name, e)
-                    self.start(name)
-            self.recovered(name)
-            jobstate.record(self.settings.state_dir, name, jobstate.CAUGHT_UP)
-            print(f"{name}: caught up")
+                    try:
+                        self.backoff(name, e)
+                    except CdcError as error:
+                        self.fail(name, error)
+                        break
+                    self.start_or_fail(name)
+            if name not in self.failed:
+                self.recovered(name)
+                jobstate.record(self.settings.state_dir, name, jobstate.CAUGHT_UP)
+                print(f"{name}: caught up")
+        self.outcome()
 
     def run_until_stopped(self) -> None:
         """Until SIGTERM/SIGINT (the queries stop; a batch cut short is not committed and
-        runs again on the next start) or a failure that is not retriable."""
+        runs again on the next start), or until every table has failed. A failing table is
+        retried with backoff, then given up and tried again every FAILED_RETRY_S while the
+        others go on; failed tables make the job exit non-zero when it stops."""
         for name in self.tables:
-            self.start(name)
+            self.start_or_fail(name)
         stop = threading.Event()
         threading.Thread(target=watch_lag, args=(self.settings, list(self.tables.values()), stop), daemon=True,
                          name="cdc-lag").start()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            while not stop.is_set():
-                try:
-                    self.spark.streams.awaitAnyTermination(1)  # seconds
-                except Exception:  # noqa: BLE001 - a query failed: handled below
-                    pass
-                self.spark.streams.resetTerminated()
-                for name, q in list(self.queries.items()):
-                    if q.isActive:
-                        if _input_rows(q.lastProgress) > 0:
-                            self.recovered(name)
-                        continue
-                    exc = q.exception()
-                    self.backoff(name, exc if exc is not None else ApplyError(f"table {name}: query stopped"))
-                    self.start(name)
-            print("stop requested: stopping the queries")
+            while not stop.is_set() and len(self.failed) < len(self.tables):
+                self.poll()
+            if not stop.is_set():
+                print("every table has failed: stopping", file=sys.stderr)
+            else:
+                print("stop requested: stopping the queries")
             for name in self.queries:
                 jobstate.record(self.settings.state_dir, name, jobstate.STOPPED)
         finally:
             stop.set()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        self.outcome()
+
+    def poll(self) -> None:
+        """One look at the queries: restart the failed ones, try given-up tables again when due."""
+        try:
+            self.spark.streams.awaitAnyTermination(1)  # seconds
+        except Exception:  # noqa: BLE001 - a query failed: handled below
+            pass
+        self.spark.streams.resetTerminated()
+        for name, q in list(self.queries.items()):
+            if q.isActive:
+                if _input_rows(q.lastProgress) > 0:
+                    self.recovered(name)
+                continue
+            exc = q.exception()
+            try:
+                self.backoff(name, exc if exc is not None else ApplyError(f"table {name}: query stopped"))
+            except CdcError as error:
+                self.fail(name, error)
+                continue
+            self.start_or_fail(name)
+        for name in [n for n in self.failed if self.clock() >= self.retry_at[n]]:
+            del self.failed[name]
+            self.recovered(name)
+            print(f"{name}: trying the failed table again", file=sys.stderr)
+            self.start_or_fail(name)
 
     def stop(self) -> None:
         for q in self.queries.values():
@@ -324,8 +405,9 @@ def run(settings: Settings, tables: list[TableRegistration], available_now: bool
         try:
             supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
         except CdcError as e:
-            for name in ([e.table] if e.table else list(supervisor.queries)):
-                jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message)
+            if not supervisor.failed:  # not one table's failure (those are recorded as they happen)
+                for name in ([e.table] if e.table else list(supervisor.queries)):
+                    jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message)
             raise
         finally:
             supervisor.stop()

@@ -31,6 +31,7 @@ def session_conf(settings: Settings, app_name: str = "cdc") -> dict[str, str]:
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
+        "spark.scheduler.mode": "FAIR",  # each table's query has a pool of its own (jobs/runner.py)
         # A field that does not parse must not become a silent null (decoding/spark_decode.py).
         "spark.sql.json.enablePartialResults": "false",
         "spark.ui.enabled": "false",

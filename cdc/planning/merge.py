@@ -21,46 +21,77 @@ METADATA = {
 
 
 def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple[str, ...],
-              floor: str | None = None, toastable: tuple[str, ...] = ()) -> str:
+              floor: str | None = None, toastable: tuple[str, ...] = (), mode: str = "upsert") -> str:
     """MERGE INTO `target` USING `batch_view`: delete on `d`, update when newer, insert
     when absent and newer than the key's remembered delete (`_deleted_position` of the
     batch view) and than the last truncate (`floor`); a lone tombstone deletes only a row
-    written earlier in its partition."""
+    written earlier in its partition. In `soft_delete` mode a delete marks the row
+    (`_cdc_deleted`, with the delete's position, so older changes still lose) instead."""
     # A row without a position (written by another tool) yields to any change. Kafka's
     # (partition, offset) ends the position, so a redelivered event rewrites its own row
     # with the same values; events sharing one LSN still apply in log order across batches.
     newer = "(t._cdc_position IS NULL OR s._position > t._cdc_position)"
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
-    assign = _assignments(columns)
+    assign = _assignments(columns, mode)
     # A toastable column the batch carries no value for keeps the stored one.
     kept = {q(c): f"CASE WHEN s._has_{i} THEN s.{q(c)} ELSE t.{q(c)} END" for i, c in enumerate(toastable)}
     set_clause = ", ".join(f"t.{name} = {kept.get(name, value)}" for name, value in assign
                            if name not in {q(k) for k in key})
     insert_cols = ", ".join(name for name, _ in assign)
     insert_vals = ", ".join(value for _, value in assign)
+    tomb = (f"s._op = '{TOMBSTONE}' AND s._partition = t._cdc_kafka_partition"
+            f" AND s._offset > t._cdc_kafka_offset")
+    if mode == "soft_delete":
+        delete = ("UPDATE SET t._cdc_deleted = true, t._cdc_op = 'd', t._cdc_position = s._position, "
+                  "t._cdc_source_ts = s._source_ts, t._cdc_kafka_partition = s._partition, "
+                  "t._cdc_kafka_offset = s._offset")
+        tomb_delete = ("UPDATE SET t._cdc_deleted = true, t._cdc_op = 'd', t._cdc_kafka_offset = s._offset")
+        tomb += " AND NOT t._cdc_deleted"
+    else:
+        delete = tomb_delete = "DELETE"
     return (
         f"MERGE INTO {target} t USING {q(batch_view)} s ON {on}\n"
-        f"WHEN MATCHED AND s._op = 'd' AND {newer} THEN DELETE\n"
-        f"WHEN MATCHED AND s._op = '{TOMBSTONE}' AND s._partition = t._cdc_kafka_partition"
-        f" AND s._offset > t._cdc_kafka_offset THEN DELETE\n"
+        f"WHEN MATCHED AND s._op = 'd' AND {newer} THEN {delete}\n"
+        f"WHEN MATCHED AND {tomb} THEN {tomb_delete}\n"
         f"WHEN MATCHED AND s._op IN ('c', 'u', 'r') AND {newer} THEN UPDATE SET {set_clause}\n"
         f"WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND {_insert_guard(floor)} "
         f"THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
     )
 
 
-def append_sql(target: str, batch_view: str, columns: tuple[str, ...], floor: str | None = None) -> str:
+def append_sql(target: str, batch_view: str, columns: tuple[str, ...], floor: str | None = None,
+               mode: str = "upsert") -> str:
     """The batch into an empty target: a bulk append of what the MERGE would insert (no
     row can match, so there is nothing to update or delete)."""
-    assign = _assignments(columns)
+    assign = _assignments(columns, mode)
     return (f"INSERT INTO {target} ({', '.join(name for name, _ in assign)}) "
             f"SELECT {', '.join(value for _, value in assign)} FROM {q(batch_view)} s "
             f"WHERE s._op IN ('c', 'u', 'r') AND {_insert_guard(floor)}")
 
 
-def _assignments(columns: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(target column, batch view expression) for the data and `_cdc_*` columns."""
-    return [(q(c), f"s.{q(c)}") for c in columns] + [(q(m), f"s.{q(src)}") for m, src in METADATA.items()]
+def history_merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple[str, ...]) -> str:
+    """History mode's one MERGE (the batch view of `planning/history.py`): a CLOSE row ends
+    the key's open version at the key's first new change; VERSION rows are inserted. Each
+    key has one CLOSE row and at most one open version, so no target row matches twice."""
+    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
+    assign = _assignments(columns, "history")
+    return (f"MERGE INTO {target} t USING {q(batch_view)} s ON {on} AND s._role = 'c' AND t._cdc_current\n"
+            f"WHEN MATCHED THEN UPDATE SET t._cdc_valid_to = s._source_ts, t._cdc_current = false\n"
+            f"WHEN NOT MATCHED AND s._role = 'v' THEN INSERT ({', '.join(n for n, _ in assign)}) "
+            f"VALUES ({', '.join(v for _, v in assign)})")
+
+
+MODE_VALUES = {  # what a new or updated row's mode columns get
+    "upsert": {},
+    "soft_delete": {"_cdc_deleted": "false"},
+    "history": {"_cdc_valid_from": "s._source_ts", "_cdc_valid_to": "s._valid_to", "_cdc_current": "s._last"},
+}
+
+
+def _assignments(columns: tuple[str, ...], mode: str = "upsert") -> list[tuple[str, str]]:
+    """(target column, batch view expression) for the data, `_cdc_*` and mode columns."""
+    return ([(q(c), f"s.{q(c)}") for c in columns] + [(q(m), f"s.{q(src)}") for m, src in METADATA.items()]
+            + [(q(m), value) for m, value in MODE_VALUES[mode].items()])
 
 
 def _insert_guard(floor: str | None) -> str:
@@ -107,9 +138,18 @@ def check_position(position: str) -> str:
     return position
 
 
-def truncate_sql(target: str, position: str) -> str:
-    """Rows written before a truncate at `position` go; later ones stay."""
-    return f"DELETE FROM {target} WHERE _cdc_position IS NULL OR _cdc_position < '{check_position(position)}'"
+def truncate_sql(target: str, position: str, mode: str = "upsert", at_ms: int | None = None) -> str:
+    """Rows written before a truncate at `position` go; later ones stay. In soft_delete mode
+    they are marked deleted at the truncate's position; in history mode their open versions
+    end at the truncate's source commit time (`at_ms`, epoch milliseconds)."""
+    before = f"(_cdc_position IS NULL OR _cdc_position < '{check_position(position)}')"
+    if mode == "soft_delete":
+        return (f"UPDATE {target} SET _cdc_deleted = true, _cdc_op = 't', _cdc_position = '{position}' "
+                f"WHERE NOT _cdc_deleted AND {before}")
+    if mode == "history":
+        return (f"UPDATE {target} SET _cdc_valid_to = timestamp_millis({int(at_ms or 0)}), _cdc_current = false "
+                f"WHERE _cdc_current AND {before}")
+    return f"DELETE FROM {target} WHERE {before}"
 
 
 def table_ref(catalog: str, target: str) -> str:

@@ -59,7 +59,7 @@ def listing(settings: Settings) -> list[dict]:
             state = "new"
         out.append({"name": reg.name, "source": reg.source.name,
                     "source_table": f"{reg.source.schema_}.{reg.source.table}",
-                    "key": list(reg.key) if reg.key else None, "sink": "iceberg",
+                    "key": list(reg.key) if reg.key else None, "sink": "iceberg", "mode": reg.mode,
                     "target": f"{settings.catalog.name}.{reg.target}", "state": state,
                     "job": jobstate.read(settings.state_dir, reg.name)["state"], "file": str(reg.file)})
     return out

@@ -12,12 +12,14 @@ SOURCE, TARGET, LAG = "#0969da", "#8250df", "#bc4c00"
 WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 720, 240, 70, 60, 20, 40
 
 STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em; color: #1f2328; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #1f2328; }
+.wide { overflow-x: auto; max-width: 100%; }
 h1 { font-size: 1.5em; margin-bottom: 0.2em; } .sub { color: #59636e; margin-top: 0; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { padding: 0.35em 0.8em; border-bottom: 1px solid #d1d9e0; text-align: right; }
+th, td { padding: 0.35em 0.6em; border-bottom: 1px solid #d1d9e0; text-align: right; }
 th { background: #f6f8fa; } td.l, th.l { text-align: left; }
-td.pos { font-family: monospace; font-size: 0.75em; word-break: break-all; max-width: 15em; }
+td.pos { font-family: monospace; font-size: 0.75em; word-break: break-all; max-width: 9em; }
+td.ts { font-size: 0.85em; }
 .badge { color: white; border-radius: 1em; padding: 0.1em 0.7em; font-weight: 600; font-size: 0.85em; }
 .card { border: 1px solid #d1d9e0; border-radius: 8px; padding: 0.8em 1.2em; margin: 1em 0; max-width: 760px; }
 .card h2 { font-size: 1.1em; margin: 0.2em 0 0.6em; } .keys { font-family: monospace; font-size: 0.85em; }
@@ -32,6 +34,14 @@ def _badge(status: str) -> str:
 
 def _num(value) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else escape(str(value))
+
+
+def _time(value) -> str:
+    """An ISO time to the second, in UTC ("-" when unknown)."""
+    try:
+        return dt.datetime.fromisoformat(value).astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (TypeError, ValueError):
+        return _num(value)
 
 
 def _scale(lo: float, hi: float, a: float, b: float):
@@ -116,8 +126,8 @@ def format_html(rows: list[dict], history: dict[str, list[dict]]) -> str:
     body = "".join(
         f"<tr><td class=l>{escape(r['table'])}</td><td>{_badge(r['status'])}</td><td>{_num(r['source_rows'])}</td>"
         f"<td>{_num(r['target_rows'])}</td><td>{_num(r['difference'])}</td><td>{_num(r['lag'])}</td>"
-        f"<td>{_num(r['dead_letters'])}</td><td class=l>{_num(r['source_position'])}</td>"
-        f"<td class='l pos'>{_num(r['target_position'])}</td><td class=l>{_num(r['source_commit_time'])}</td></tr>"
+        f"<td>{_num(r['dead_letters'])}</td><td class='l pos'>{_num(r['source_position'])}</td>"
+        f"<td class='l pos'>{_num(r['target_position'])}</td><td class='l ts'>{_time(r['source_commit_time'])}</td></tr>"
         for r in rows)
     cards = "".join(
         f'<div class="card"><h2>{escape(r["table"])} {_badge(r["status"])}</h2>{_deep(r.get("deep"))}'
@@ -125,4 +135,4 @@ def format_html(rows: list[dict], history: dict[str, list[dict]]) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>cdc reconciliation</title>"
             f"<style>{STYLE}</style></head><body><h1>cdc reconciliation report</h1>"
             f"<p class=sub>{ok} of {len(rows)} table(s) OK &middot; checked {escape(checked)}</p>"
-            f"<table>{head}{body}</table>{cards}</body></html>")
+            f"<div class=wide><table>{head}{body}</table></div>{cards}</body></html>")

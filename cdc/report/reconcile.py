@@ -21,6 +21,7 @@ from cdc.report import history
 from cdc.report.deep import differences
 from cdc.report.status import table_status
 from cdc.sinks.catalog import load_catalog
+from cdc.sinks.iceberg import live_rows_filter
 from cdc.sources import module_of, postgres
 
 OK, DRIFT, IN_FLIGHT = "OK", "DRIFT", "IN-FLIGHT"
@@ -58,7 +59,9 @@ def _target_count(catalog, reg: TableRegistration, snapshot_id: int | None) -> i
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
         return None
-    return table.scan(snapshot_id=snapshot_id).count() if snapshot_id is not None else 0
+    if snapshot_id is None:
+        return 0
+    return table.scan(snapshot_id=snapshot_id, row_filter=live_rows_filter(reg.mode)).count()
 
 
 def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration,
@@ -128,7 +131,8 @@ def _deep_compare(settings: Settings, limit: int):
     from cdc.jobs.session import get_session
     from cdc.report import deep
     from cdc.sinks import iceberg_spark
-    from cdc.sinks.iceberg import table_columns
+    from cdc.planning.protect import mask_columns, mask_key
+    from cdc.sinks.iceberg import LIVE_ROWS, table_columns
 
     spark = get_session(settings).newSession()
 
@@ -137,14 +141,16 @@ def _deep_compare(settings: Settings, limit: int):
         columns, key, _ = table_columns(iceberg_spark.properties(table))
         with postgres.connect(settings, reg.source.name) as conn:  # columns dropped at the source stay in the target
             present = {c.name for c in postgres.describe_table(conn, reg).columns}
+        # Masked columns are compared as their hashes: they never leave the source in clear.
         columns = tuple(c for c in columns if c.name in present)
         names = tuple(c.name for c in columns)
         at = f" VERSION AS OF {int(target_snapshot_id)}" if target_snapshot_id is not None else ""
-        target = spark.sql(f"SELECT {', '.join(q(n) for n in names)} FROM {ref}{at}")
+        target = spark.sql(f"SELECT {', '.join(q(n) for n in names)} FROM {ref}{at} WHERE {LIVE_ROWS[reg.mode]}")
         types = {f.name: f.dataType for f in target.schema.fields}
         partitions = max(2, spark.sparkContext.defaultParallelism * 2)
         source = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, None, Chunk(), snapshot.name,
                                                      partitions), columns, snapshot.taken_at, strict=False)
+        source = mask_columns(source, reg.mask, mask_key(settings, reg))
         source = source.select(*[F.col(q(n)).cast(types[n]).alias(n) for n in names])
         started = time.monotonic()
         found = deep.compare(source, target, names, key, limit)

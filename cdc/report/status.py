@@ -32,7 +32,7 @@ def _iso_ms(ms) -> str | None:
 
 def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
     out = {"name": reg.name, "sink": "iceberg", "target": f"{settings.catalog.name}.{reg.target}",
-           "location": None, "job": jobstate.read(settings.state_dir, reg.name)}
+           "mode": reg.mode, "location": None, "job": jobstate.read(settings.state_dir, reg.name)}
     try:
         table = catalog.load_table(reg.target)
     except NoSuchTableError:

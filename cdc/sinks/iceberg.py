@@ -13,6 +13,7 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
 
 from cdc.config.models import TableRegistration
 from cdc.errors import ConfigError
+from cdc.planning.protect import protected_columns
 from cdc.sources.types import Column
 
 # Metadata columns every target carries, after the source's columns.
@@ -24,7 +25,33 @@ METADATA_COLUMNS = (
     ("_cdc_kafka_offset", LongType(), "Kafka offset of the last applied change"),
 )
 
+# Columns of the modes other than upsert, after the metadata columns.
+MODE_COLUMNS = {
+    "upsert": (),
+    "soft_delete": (("_cdc_deleted", BooleanType(), "true once the row is deleted at the source (soft_delete mode)"),),
+    "history": (
+        ("_cdc_valid_from", TimestamptzType(), "source commit time from which this version holds (history mode)"),
+        ("_cdc_valid_to", TimestamptzType(), "source commit time of the next change of the key; null: current"),
+        ("_cdc_current", BooleanType(), "true for the key's current version (history mode)"),
+    ),
+}
+
+# The rows that mirror the source's current rows, per mode (Spark SQL): what reconciliation counts.
+LIVE_ROWS = {"upsert": "true", "soft_delete": "NOT _cdc_deleted", "history": "_cdc_current"}
+
+
+def live_rows_filter(mode: str):
+    """LIVE_ROWS as a pyiceberg row filter."""
+    from pyiceberg.expressions import AlwaysTrue, EqualTo
+
+    return {"soft_delete": EqualTo("_cdc_deleted", False), "history": EqualTo("_cdc_current", True)}.get(
+        mode, AlwaysTrue())
+
+
 PROP_COLUMNS = "cdc.columns"
+PROP_MODE = "cdc.mode"  # the registration's mode, masked and excluded columns, as created
+PROP_MASKED = "cdc.masked"
+PROP_EXCLUDED = "cdc.excluded"
 PROP_KEY = "cdc.key"
 PROP_TOPIC = "cdc.topic"
 PROP_SNAPSHOT = "cdc.source-snapshot"  # how the target's existing rows were captured
@@ -56,15 +83,40 @@ def iceberg_type(col: Column, next_id=None):
     return SIMPLE_TYPES[col.kind]
 
 
-def build_schema(columns: tuple[Column, ...], key: tuple[str, ...]) -> Schema:
-    ids = iter(range(len(columns) + len(METADATA_COLUMNS) + 1, 1 << 30))  # list elements after the fields
-    fields = [NestedField(i, c.name, iceberg_type(c, lambda: next(ids)), required=not c.nullable)
+def build_schema(columns: tuple[Column, ...], key: tuple[str, ...], mode: str = "upsert",
+                 masked: tuple[str, ...] = ()) -> Schema:
+    """The target's schema: the source's columns (a masked one as the string of its hash),
+    the `_cdc_*` metadata columns and those of the mode. The key is the identifier, but in
+    history mode, where a key has many versions."""
+    extra = METADATA_COLUMNS + MODE_COLUMNS[mode]
+    ids = iter(range(len(columns) + len(extra) + 1, 1 << 30))  # list elements after the fields
+    fields = [NestedField(i, c.name, StringType() if c.name in masked else iceberg_type(c, lambda: next(ids)),
+                          required=not c.nullable)
               for i, c in enumerate(columns, start=1)]
     n = len(fields)
     fields += [NestedField(n + i, name, typ, required=False, doc=doc)
-               for i, (name, typ, doc) in enumerate(METADATA_COLUMNS, start=1)]
-    ids = [f.field_id for f in fields if f.name in key]
+               for i, (name, typ, doc) in enumerate(extra, start=1)]
+    ids = [f.field_id for f in fields if f.name in key] if mode != "history" else []
     return Schema(*fields, identifier_field_ids=ids)
+
+
+def protection_properties(reg: TableRegistration) -> dict[str, str]:
+    return {PROP_MODE: reg.mode, PROP_MASKED: json.dumps(sorted(reg.mask)),
+            PROP_EXCLUDED: json.dumps(sorted(reg.exclude))}
+
+
+def check_protection(reg: TableRegistration, properties: dict) -> None:
+    """The registration's mode, masked and excluded columns must be those the target was
+    created with: a target never changes mode, nor holds a column in clear it once masked."""
+    recorded = {PROP_MODE: "upsert", PROP_MASKED: "[]", PROP_EXCLUDED: "[]"}
+    recorded.update({k: properties[k] for k in recorded if k in properties})
+    wanted = protection_properties(reg)
+    changed = [f"{k[4:]} {recorded[k]} -> {wanted[k]}" for k in wanted if recorded[k] != wanted[k]]
+    if changed:
+        raise ConfigError(f"table {reg.name}: its target {reg.target} was created with other settings: "
+                          f"{'; '.join(changed)}", table=reg.name,
+                          hint="keep the registration as it was, or drop the target (and its __cdc_deletes) "
+                               "and run `cdc register` then `cdc bootstrap` to rebuild it")
 
 
 def partition_spec(schema: Schema, key: tuple[str, ...], buckets: int) -> PartitionSpec:
@@ -83,6 +135,7 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
         table = None
+    columns = protected_columns(reg, columns, key)
     props = {PROP_COLUMNS: json.dumps([c.to_json() for c in columns]), PROP_KEY: json.dumps(list(key)),
              PROP_TOPIC: topic}
     if table is not None:
@@ -90,6 +143,7 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
         if existing != list(key):
             raise ConfigError(f"target {reg.target} exists with key {existing}, but {reg.name} now has key {list(key)}",
                               hint="drop the target table and register again, or keep the original key")
+        check_protection(reg, table.properties)
         if any(table.properties.get(k) != v for k, v in props.items()) and not dry_run:
             with table.transaction() as tx:
                 tx.set_properties(props)
@@ -97,10 +151,10 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
     if dry_run:
         return True
     ensure_namespace(catalog, reg.namespace)
-    schema = build_schema(columns, key)
+    schema = build_schema(columns, key, reg.mode, reg.mask)
     catalog.create_table(reg.target, schema=schema,
                          partition_spec=partition_spec(schema, key, reg.partitioning.buckets),
-                         properties={**TABLE_PROPERTIES, **props})
+                         properties={**TABLE_PROPERTIES, **props, **protection_properties(reg)})
     return True
 
 

@@ -365,6 +365,29 @@ def test_tables_in_one_application_commit_only_their_own_offsets(env):
                      else ("order_id", "line_no"), FLOAT32)
 
 
+def test_a_table_with_a_poisoned_registration_fails_while_the_others_replicate(env, spark, capsys):
+    from cdc.control import jobstate
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".poisoned (id int PRIMARY KEY, v text)')
+    name = env.register_table("poisoned")  # never `cdc register`ed: it has no target to apply to
+    try:
+        env.wait_captured(env.transaction(f'UPDATE "{s}".lines SET qty = qty + 10',
+                                          f'INSERT INTO "{s}".events VALUES (700, \'beside a poisoned table\')'))
+        capsys.readouterr()
+        assert env.cdc("run", "--available-now") == 3
+        err = capsys.readouterr().err
+        assert f"{name}: failed: target lake.{name} of table {name} does not exist" in err and "go on" in err
+        assert assert_equal(env.dsn, s, "lines", env.catalog, f"{s}.lines", ("order_id", "line_no"))
+        assert assert_equal(env.dsn, s, "events", env.catalog, f"{s}.events", ("id",))
+        states = {t: jobstate.read(env.settings.state_dir, f"{s}.{t}")["state"] for t in ("poisoned", "lines", "events")}
+        assert states == {"poisoned": jobstate.FAILED, "lines": jobstate.CAUGHT_UP, "events": jobstate.CAUGHT_UP}
+        pools = spark.sparkContext._jsc.sc().getAllPools()
+        assert {f"{s}.lines", f"{s}.events"} <= {pools.apply(i).name() for i in range(pools.size())}
+    finally:
+        (env.settings.path(env.settings.tables_dir) / f"{name}.yaml").unlink()
+
+
 def test_undecodable_record_stops_the_job_and_commits_nothing(env, capsys):
     from confluent_kafka import Producer
 

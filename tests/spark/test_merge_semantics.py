@@ -25,15 +25,18 @@ COLUMNS = (Column("id", "int", nullable=False), Column("v", "string"), Column("n
 
 
 class Harness:
-    def __init__(self, spark, catalog, name, horizon_hours=168, on_error="dlq"):
+    def __init__(self, spark, catalog, name, horizon_hours=168, on_error="dlq", mask_key=None, **registration):
         self.spark, self.catalog = spark, catalog
-        reg = TableRegistration(name=f"ns.{name}", source={"name": "src", "schema": "public", "table": name})
+        reg = TableRegistration(name=f"ns.{name}", source={"name": "src", "schema": "public", "table": name},
+                                **registration)
         self.topic = Topic(name=f"src.public.{name}")
         ensure_table(catalog, reg, COLUMNS, ("id",), self.topic.name)
-        self.applier = TableApplier(reg.name, table_ref("scratch", reg.target), self.topic.name, COLUMNS, ("id",),
+        columns = tuple(c for c in COLUMNS if c.name not in reg.exclude)
+        self.applier = TableApplier(reg.name, table_ref("scratch", reg.target), self.topic.name, columns, ("id",),
                                     job="test", deletes_ref=deletes_ref("scratch", reg.target),
                                     delete_horizon_hours=horizon_hours, on_error=on_error,
-                                    dead_letters_ref=dead_letters_ref("scratch", reg.target)).prepare(spark)
+                                    dead_letters_ref=dead_letters_ref("scratch", reg.target), mode=reg.mode,
+                                    excluded=reg.exclude, masked=reg.mask, mask_key=mask_key).prepare(spark)
         self.ident = reg.target
         self.batch_id = 0
 

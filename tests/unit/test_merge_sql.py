@@ -31,7 +31,7 @@ def test_composite_key():
 
 
 def test_truncate_refuses_non_position():
-    assert truncate_sql("x", "00ff") == "DELETE FROM x WHERE _cdc_position IS NULL OR _cdc_position < '00ff'"
+    assert truncate_sql("x", "00ff") == "DELETE FROM x WHERE (_cdc_position IS NULL OR _cdc_position < '00ff')"
     with pytest.raises(ValueError):
         truncate_sql("x", "0' OR '1'='1")
 

@@ -53,3 +53,14 @@ def test_deep_lines_and_html_report():
     assert page.startswith("<!DOCTYPE html>") and "a.&lt;b&gt;" in page and "a.<b>" not in page
     assert page.count("<polyline") == 3 and page.count("<circle") == 3 and "3 run(s)" in page
     assert "missing: id=28" in page and "0 of 1 table(s) OK" in page
+
+
+def test_html_table_fits_a_narrow_page():
+    from cdc.report.html import format_html
+
+    row = {"table": "a.b", "status": OK, "source_rows": 3, "target_rows": 3, "difference": 0, "lag": 0,
+           "dead_letters": 0, "source_position": "0/1A2B3C4D/1234", "target_position": "0/1A2B3C4D/1234",
+           "source_commit_time": "2026-11-23T18:41:25.123000+01:00", "checked_at": "2026-11-23T17:41:25Z"}
+    page = format_html([row], {})
+    assert "<div class=wide><table>" in page  # scrolls by itself, never the page
+    assert "2026-11-23 17:41:25Z" in page and ".123000" not in page  # to the second, in UTC

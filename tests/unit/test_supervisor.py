@@ -47,3 +47,106 @@ def test_verdicts_about_the_data_are_not_retried():
     assert not retriable(RuntimeError("[KAFKA_DATA_LOSS] ..."))
     assert not retriable(RuntimeError("[CAST_INVALID_INPUT] ... SQLSTATE: 22018"))
     assert retriable(RuntimeError("org.apache.kafka.common.errors.TimeoutException: Timed out"))
+
+
+class FakeQuery:
+    """A table's streaming query: finishes, or fails with `error` once."""
+
+    def __init__(self, error=None):
+        self.error, self.isActive, self.lastProgress = error, True, None
+
+    def awaitTermination(self):
+        self.isActive = False
+        if self.error is not None:
+            raise self.error
+
+    def exception(self):
+        return self.error
+
+    def stop(self):
+        self.isActive = False
+
+
+def isolated(tmp_path, monkeypatch, outcomes: dict):
+    """A supervisor of the tables in `outcomes` (name -> what starting its query does)."""
+    from cdc.config.models import StackSettings, TableRegistration
+    from cdc.jobs import runner
+
+    def start_query(spark, settings, reg, available_now):
+        outcome = outcomes[reg.name].pop(0) if isinstance(outcomes[reg.name], list) else outcomes[reg.name]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(runner, "start_query", start_query)
+    monkeypatch.setattr(runner, "read_lag", lambda settings, reg: None)
+    settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=0))
+    tables = [TableRegistration(name=n, source={"name": "pg", "schema": "s", "table": n.split(".")[1]})
+              for n in outcomes]
+
+    class Spark:
+        def newSession(self):
+            return self
+
+    clock = Clock()
+    return Supervisor(Spark(), settings, tables, available_now=True, clock=lambda: clock.now, sleep=clock.sleep)
+
+
+def test_a_failing_table_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
+    from cdc.control import jobstate
+    from cdc.errors import ConfigError
+
+    poisoned = ConfigError("target lake.s.b of table s.b does not exist")
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": poisoned, "s.c": FakeQuery()})
+    with pytest.raises(ConfigError) as raised:
+        sup.run_available_now()
+    assert raised.value is poisoned and raised.value.table == "s.b"  # a lone failed table: its own error
+    assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
+        "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
+    assert "s.b: failed: target lake.s.b of table s.b does not exist (the 2 other table(s) go on)" in \
+        capsys.readouterr().err
+
+
+def test_several_failed_tables_are_named_in_one_error(tmp_path, monkeypatch):
+    from cdc.control import jobstate
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(ApplyError("column x cannot narrow")),
+                                           "s.b": ApplyError("topic gone"), "s.c": FakeQuery()})
+    with pytest.raises(ApplyError, match=r"2 of 3 tables failed \(s.a, s.b\): column x cannot narrow; topic gone"):
+        sup.run_available_now()
+    assert jobstate.read(tmp_path, "s.c")["state"] == jobstate.CAUGHT_UP
+    assert jobstate.read(tmp_path, "s.a")["error"] == "column x cannot narrow"
+
+
+def test_a_given_up_table_is_tried_again_when_due(tmp_path, monkeypatch):
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": [ApplyError("not yet"), FakeQuery()], "s.b": FakeQuery()})
+
+    class Streams:
+        def awaitAnyTermination(self, timeout):
+            pass
+
+        def resetTerminated(self):
+            pass
+
+    sup.spark.streams = Streams()
+    sup.start_or_fail("s.a")
+    sup.start_or_fail("s.b")
+    assert set(sup.failed) == {"s.a"} and set(sup.queries) == {"s.b"}
+    sup.poll()
+    assert set(sup.failed) == {"s.a"}  # not due yet
+    sup.clock = lambda: runner.FAILED_RETRY_S + 1
+    sup.poll()
+    assert not sup.failed and set(sup.queries) == {"s.a", "s.b"}
+
+
+def test_batch_sizing_caps_a_backlog_and_waits_for_a_minimum_only_when_continuous():
+    from cdc.config.models import TableOptions
+    from cdc.jobs.runner import batch_sizing
+
+    assert batch_sizing(TableOptions(), available_now=False) == {}
+    opts = TableOptions(max_offsets_per_trigger=50_000, min_offsets_per_trigger=2_000, max_trigger_delay_s=10)
+    assert batch_sizing(opts, available_now=False) == {
+        "maxOffsetsPerTrigger": "50000", "minOffsetsPerTrigger": "2000", "maxTriggerDelay": "10s"}
+    assert batch_sizing(opts, available_now=True) == {"maxOffsetsPerTrigger": "50000"}

@@ -1,0 +1,78 @@
+"""Columns that never reach the lake in clear. An excluded column is not decoded and has no
+target column; a masked one is stored as HMAC-SHA256(key, its value as text), in hex,
+computed by Spark expressions before any write. Pure: SQL text from names and a key."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from cdc.config.models import Settings, TableRegistration
+from cdc.errors import ConfigError
+from cdc.sources.types import Column
+
+BLOCK = 64  # SHA-256's block size, in bytes (RFC 2104)
+
+
+def hmac_sql(value_sql: str, key: bytes) -> str:
+    """Spark SQL for the hex HMAC-SHA256 of `value_sql` as UTF-8 text (null stays null):
+    H((K ^ opad) || H((K ^ ipad) || m)) from `sha2`, so the row path stays in the JVM."""
+    if len(key) > BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(BLOCK, b"\0")
+    inner, outer = bytes(b ^ 0x36 for b in key).hex(), bytes(b ^ 0x5C for b in key).hex()
+    message = f"CAST(CAST({value_sql} AS STRING) AS BINARY)"
+    return f"sha2(concat(X'{outer}', unhex(sha2(concat(X'{inner}', {message}), 256))), 256)"
+
+
+def mask_columns(df, masked: tuple[str, ...], key: bytes | None):
+    """`df` (a Spark DataFrame) with each masked column replaced by its hash."""
+    if not masked:
+        return df
+    from pyspark.sql import functions as F
+
+    from cdc.planning.sql import q
+    return df.withColumns({c: F.expr(hmac_sql(q(c), key)) for c in masked})
+
+
+def mask_value(value: str, key: bytes) -> str:
+    """The same hash in Python: what a masked column holds for `value` (its text form)."""
+    return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
+
+
+def mask_key(settings: Settings, reg: TableRegistration) -> bytes | None:
+    """The masking key of a table with masked columns (None when it has none)."""
+    if not reg.mask:
+        return None
+    m = settings.masking
+    if m.key is not None and m.key.get_secret_value():
+        return m.key.get_secret_value().encode()
+    if m.key_file is not None:
+        path = settings.path(m.key_file)
+        try:
+            key = path.read_bytes().strip()
+        except FileNotFoundError:
+            raise ConfigError(f"masking.key_file {path} does not exist", table=reg.name,
+                              hint="point masking.key_file at the key, or set masking.key: ${CDC_MASK_KEY}") from None
+        if key:
+            return key
+    raise ConfigError(f"table {reg.name} masks {', '.join(reg.mask)}, but cdc.yaml has no masking key",
+                      hint="set masking.key: ${CDC_MASK_KEY} (from the environment) or masking.key_file: PATH",
+                      table=reg.name)
+
+
+def protected_columns(reg: TableRegistration, columns: tuple[Column, ...],
+                      key: tuple[str, ...]) -> tuple[Column, ...]:
+    """The source columns that reach the target: all but the excluded ones. Every excluded or
+    masked column must exist, and none may be a key column."""
+    names = {c.name for c in columns}
+    unknown = sorted((set(reg.exclude) | set(reg.mask)) - names)
+    if unknown:
+        raise ConfigError(f"table {reg.name}: exclude/mask name column(s) {', '.join(unknown)} that the source "
+                          f"table does not have (it has {', '.join(sorted(names))})",
+                          hint=f"fix {reg.file or 'the registration'}", table=reg.name)
+    keyed = sorted(set(key) & (set(reg.exclude) | set(reg.mask)))
+    if keyed:
+        raise ConfigError(f"table {reg.name}: key column(s) {', '.join(keyed)} cannot be excluded or masked",
+                          hint="the target needs the key in clear; mask another column or choose another key",
+                          table=reg.name)
+    return tuple(c for c in columns if c.name not in reg.exclude)

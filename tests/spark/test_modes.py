@@ -1,0 +1,115 @@
+"""The registration's modes and protected columns through the real apply step, read back
+with pyiceberg: history (SCD type 2), soft delete, exclude and mask."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from cdc.planning.protect import mask_value
+from tests.spark.test_merge_semantics import Harness
+
+T0 = 1_700_000_000_000
+PLACEHOLDER = "__debezium_unavailable_value"
+
+
+def at(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def versions(h) -> dict[int, list[dict]]:
+    """Each key's versions in position order."""
+    out: dict[int, list[dict]] = {}
+    for r in sorted(h.catalog.load_table(h.ident).scan().to_arrow().to_pylist(), key=lambda r: r["_cdc_position"]):
+        out.setdefault(r["id"], []).append(r)
+    return out
+
+
+def test_history_keeps_every_version_with_contiguous_intervals(scratch, table_name):
+    h = Harness(*scratch, table_name, mode="history")
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110, ts_ms=T0)
+    h.topic.change("u", {"id": 1, "v": "b", "n": 2}, 200, 210, ts_ms=T0 + 1000)
+    h.topic.change("c", {"id": 2, "v": "x", "n": 1}, 200, 220, ts_ms=T0 + 1000)
+    first = h.apply()
+    h.topic.change("u", {"id": 1, "v": PLACEHOLDER, "n": 3}, 300, 310, ts_ms=T0 + 2000)  # unchanged TOASTed v
+    h.topic.change("u", {"id": 1, "v": "d", "n": 4}, 400, 410, ts_ms=T0 + 3000)
+    h.topic.change("d", {"id": 1, "v": "d", "n": 4}, 500, 510, ts_ms=T0 + 4000)
+    h.topic.tombstone({"id": 1})
+    h.apply()
+    h.applier.skip_committed = False  # a replay: positions alone keep it from adding versions
+    h.apply(first)
+    got = versions(h)
+    one = got[1]
+    assert [(r["v"], int(r["n"]), r["_cdc_op"]) for r in one] == [("a", 1, "c"), ("b", 2, "u"), ("b", 3, "u"),
+                                                                  ("d", 4, "u")]
+    assert [(r["_cdc_valid_from"], r["_cdc_valid_to"]) for r in one] == [
+        (at(T0), at(T0 + 1000)), (at(T0 + 1000), at(T0 + 2000)), (at(T0 + 2000), at(T0 + 3000)),
+        (at(T0 + 3000), at(T0 + 4000))]
+    assert not any(r["_cdc_current"] for r in one)  # deleted: no version is current
+    assert [(r["v"], r["_cdc_valid_to"], r["_cdc_current"]) for r in got[2]] == [("x", None, True)]
+
+    h.topic.change("c", {"id": 1, "v": "again", "n": 5}, 600, 610, ts_ms=T0 + 5000)
+    h.apply()
+    assert versions(h)[1][-1]["_cdc_current"]
+    h.topic.truncate(700, 710, ts_ms=T0 + 6000)
+    h.topic.change("c", {"id": 3, "v": "after", "n": 6}, 800, 810, ts_ms=T0 + 7000)
+    h.apply()
+    got = versions(h)
+    assert [(r["v"], r["_cdc_valid_from"], r["_cdc_valid_to"], r["_cdc_current"]) for r in got[1][-2:]] == [
+        ("d", at(T0 + 3000), at(T0 + 4000), False), ("again", at(T0 + 5000), at(T0 + 6000), False)]
+    assert got[2][0]["_cdc_valid_to"] == at(T0 + 6000) and not got[2][0]["_cdc_current"]  # the truncate's time
+    assert [(r["v"], r["_cdc_current"]) for r in got[3]] == [("after", True)]
+
+
+def test_soft_delete_marks_rows_and_older_changes_still_lose(scratch, table_name):
+    h = Harness(*scratch, table_name, mode="soft_delete")
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    h.topic.change("c", {"id": 2, "v": "b", "n": 1}, 100, 120)
+    h.apply()
+    h.topic.change("d", {"id": 1, "v": "a", "n": 1}, 200, 210)
+    h.topic.tombstone({"id": 1})
+    h.apply()
+    rows = h.rows()
+    assert {k: (r["v"], r["_cdc_deleted"]) for k, r in rows.items()} == {1: ("a", True), 2: ("b", False)}
+    assert rows[1]["_cdc_op"] == "d"
+    h.topic.change("u", {"id": 1, "v": "late", "n": 1}, 150, 160)  # older than the delete
+    h.apply()
+    assert h.rows()[1]["_cdc_deleted"] and h.rows()[1]["v"] == "a"
+    h.topic.change("c", {"id": 1, "v": "back", "n": 2}, 300, 310)
+    h.apply()
+    assert (h.rows()[1]["v"], h.rows()[1]["_cdc_deleted"]) == ("back", False)
+    h.topic.truncate(400, 410)
+    h.apply()
+    assert {k: (r["_cdc_deleted"], r["_cdc_op"]) for k, r in h.rows().items()} == {1: (True, "t"), 2: (True, "t")}
+    h.topic.change("u", {"id": 2, "v": "before truncate", "n": 1}, 350, 360)
+    h.apply()
+    assert h.rows()[2]["_cdc_deleted"]
+
+
+def test_masked_columns_hold_a_keyed_hash_and_excluded_ones_are_absent(scratch, table_name):
+    key = b"a masking key of the test"
+    h = Harness(*scratch, table_name, mask=("v",), exclude=("n",), mask_key=key)
+    assert "n" not in {f.name for f in h.catalog.load_table(h.ident).schema().fields}
+    h.topic.change("c", {"id": 1, "v": "alice@example.com", "n": 1}, 100, 110)
+    h.topic.change("c", {"id": 2, "v": None, "n": 1}, 100, 120)
+    h.topic.change("c", {"id": 3, "v": "bob@example.com", "n": 1}, 100, 130)
+    h.apply()
+    h.topic.change("u", {"id": 3, "v": PLACEHOLDER, "n": 2}, 200, 210)  # unchanged TOASTed: the hash stays
+    h.apply()
+    assert h.values() == {1: mask_value("alice@example.com", key), 2: None, 3: mask_value("bob@example.com", key)}
+    assert len(h.values()[1]) == 64 and h.values()[1] != mask_value("alice@example.com", b"another key")
+
+
+def test_a_masked_table_without_a_key_is_refused(scratch, table_name):
+    with pytest.raises(ValueError, match="masking key"):
+        Harness(*scratch, table_name, mask=("v",))
+
+
+def test_the_hash_in_spark_is_hmac_sha256_of_the_text(spark):
+    from cdc.planning.protect import hmac_sql
+
+    long_key = b"k" * 100  # longer than SHA-256's block: hashed first, as RFC 2104 says
+    for key in (b"short", long_key):
+        row = spark.sql(f"SELECT {hmac_sql('s', key)} AS s, {hmac_sql('i', key)} AS i, {hmac_sql('n', key)} AS n "
+                        f"FROM VALUES ('snowman ☃', 42, CAST(NULL AS STRING)) AS v(s, i, n)").first()
+        assert (row["s"], row["i"], row["n"]) == (mask_value("snowman ☃", key), mask_value("42", key), None)
