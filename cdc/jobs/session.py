@@ -1,9 +1,10 @@
 """The SparkSession: local[2] by default, jars from the pinned cache (never Ivy), the
-Iceberg catalog under the configured name, UTC."""
+Iceberg catalog under the configured name, UTC. Under `spark-submit` (cdc/jobs/submit.py)
+what spark-submit was given wins: its master, its jars, its --conf."""
 from __future__ import annotations
 
 import os
-
+import sys
 from pathlib import Path
 
 from cdc.config.models import Settings
@@ -21,13 +22,29 @@ def spark_jars(settings: Settings) -> list[str]:
     return jars
 
 
-def session_conf(settings: Settings, app_name: str = "cdc") -> dict[str, str]:
+def submitted_conf() -> dict[str, str]:
+    """The Spark properties spark-submit gave this process (its options, --conf and
+    spark-defaults.conf), or {} when spark-submit did not launch it."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python driver it starts
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # spark-submit's JVM: its system properties hold the conf
+    given = {k: v for k, v in SparkConf().getAll() if v != ""}
+    if given.get("spark.app.name") == Path(sys.argv[0]).name:  # not a --name: spark-submit's default
+        del given["spark.app.name"]
+    return given
+
+
+def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str] | None = None) -> dict[str, str]:
+    """cdc's Spark properties, less those spark-submit was `given` (they win)."""
+    given = given or {}
     s = settings.spark
     conf = {
         "spark.app.name": app_name,
         "spark.master": s.master,
         "spark.driver.memory": s.driver_memory,
-        "spark.jars": ",".join(spark_jars(settings)),
+        **({} if "spark.jars" in given else {"spark.jars": ",".join(spark_jars(settings))}),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
@@ -38,10 +55,11 @@ def session_conf(settings: Settings, app_name: str = "cdc") -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",  # a cluster's executors, as the driver
         **spark_catalog_conf(settings),
         **s.extra_conf,
     }
-    return conf
+    return {k: v for k, v in conf.items() if k not in given}
 
 
 def get_session(settings: Settings, app_name: str = "cdc"):
@@ -52,7 +70,7 @@ def get_session(settings: Settings, app_name: str = "cdc"):
     if settings.spark.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
-    for k, v in session_conf(settings, app_name).items():
+    for k, v in session_conf(settings, app_name, submitted_conf()).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
