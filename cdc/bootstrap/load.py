@@ -30,6 +30,7 @@ from cdc.errors import ConfigError, DependencyError
 from cdc.jobs.runner import load_target, run
 from cdc.jobs.session import get_session
 from cdc.planning.merge import table_ref
+from cdc.report.log import log
 from cdc.planning.protect import mask_columns, mask_key
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.topics import topic_id, watermarks
@@ -62,7 +63,8 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
                               hint=f"resume it with `cdc bootstrap --table {reg.name}`, or start over with "
                                    f"`--method {method} --restart`")
         boot = current
-        print(f"{reg.name}: resuming the {boot.method} bootstrap {boot.id}")
+        log(f"resuming the {boot.method} bootstrap {boot.id}", table=reg.name, event="bootstrap-resumed",
+            stream=sys.stdout)
     else:
         method = method or default_method(settings, reg)
         if method == "jdbc" and settings.sources[reg.source.name].kind != "postgresql":
@@ -83,9 +85,10 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
     table.refresh()
     rows = int(next(iceberg_spark.ancestry_summaries(table)).get("total-records", 0))
     elapsed = time.monotonic() - started
-    print(f"{reg.name}: bootstrap {boot.id} ({boot.method}) done: {rows} rows in {elapsed:.1f}s "
-          f"({rows / max(elapsed, 1e-9):,.0f} rows/s), streaming from offsets "
-          f"{json.dumps({str(p): o for p, o in sorted(boot.offsets.items())})}")
+    log(f"bootstrap {boot.id} ({boot.method}) done: {rows} rows in {elapsed:.1f}s "
+        f"({rows / max(elapsed, 1e-9):,.0f} rows/s), streaming from offsets "
+        f"{json.dumps({str(p): o for p, o in sorted(boot.offsets.items())})}", table=reg.name,
+        event="bootstrap-done", stream=sys.stdout, rows=rows, seconds=round(elapsed, 3))
 
 
 def default_method(settings: Settings, reg: TableRegistration) -> str:
@@ -97,7 +100,8 @@ def _begin(spark, settings: Settings, reg: TableRegistration, table, boot: Boots
     """Empty the target and record the plan in one commit; the old checkpoint goes."""
     iceberg_spark.empty_table(spark, table, {START: boot.id}, {PROPERTY: boot.to_json()})
     shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
-    print(f"{reg.name}: bootstrap {boot.id} ({boot.method}) started; target emptied")
+    log(f"bootstrap {boot.id} ({boot.method}) started; target emptied", table=reg.name, event="bootstrap-started",
+        stream=sys.stdout)
 
 
 def _done_chunks(table, boot: Bootstrap) -> dict[int, SourceSnapshot]:
@@ -168,8 +172,8 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
         estimate = kind.estimate_rows(conn, reg)
         marker = kind.request_incremental_snapshot(conn, src.signal_table,
                                                    [f"{reg.source.schema_}.{reg.source.table}"])
-    print(f"{reg.name}: waiting for Debezium's incremental snapshot of "
-          f"{reg.source.schema_}.{reg.source.table} (connector {name})")
+    log(f"waiting for Debezium's incremental snapshot of {reg.source.schema_}.{reg.source.table} (connector {name})",
+        table=reg.name, event="bootstrap-waiting", stream=sys.stdout)
     topic = table_columns(iceberg_spark.properties(table))[2]
     progress = Progress(reg.name, 1, estimate)
     shown = [time.monotonic()]
@@ -218,8 +222,9 @@ class Progress:
         share = min(1.0, max(self.done / todo, self.rows / self.estimate))
         left = (elapsed / share - elapsed) if share < 1 else 0.0
         bar = "#" * int((self.already + share * todo) / self.chunks * 30)
-        print(f"{self.name}: [{bar:<30}] chunk {self.already + self.done}/{self.chunks}, {self.rows:,} rows, "
-              f"{rate:,.0f} rows/s, about {left:.0f}s left", file=self.out or sys.stdout, flush=True)
+        log(f"[{bar:<30}] chunk {self.already + self.done}/{self.chunks}, {self.rows:,} rows, "
+            f"{rate:,.0f} rows/s, about {left:.0f}s left", table=self.name, event="progress",
+            stream=self.out or sys.stdout, rows=self.rows, rows_per_s=round(rate), seconds_left=round(left))
 
     def rows_read(self, rows: int) -> None:
         """A line for a bootstrap that counts rows, not chunks (Debezium's snapshot: the
@@ -228,5 +233,6 @@ class Progress:
         rate = rows / elapsed
         share = min(1.0, rows / self.estimate)
         left = (self.estimate - rows) / rate if rate and share < 1 else 0.0
-        print(f"{self.name}: [{'#' * int(share * 30):<30}] {rows:,} of about {self.estimate:,} rows, "
-              f"{rate:,.0f} rows/s, about {left:.0f}s left", file=self.out or sys.stdout, flush=True)
+        log(f"[{'#' * int(share * 30):<30}] {rows:,} of about {self.estimate:,} rows, "
+            f"{rate:,.0f} rows/s, about {left:.0f}s left", table=self.name, event="progress",
+            stream=self.out or sys.stdout, rows=rows, rows_per_s=round(rate), seconds_left=round(left))

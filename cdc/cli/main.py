@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 from cdc.config import load_settings, load_tables
 from cdc.errors import CdcError
+from cdc.report.log import FORMATS, log, set_format
 
 
 def _stack(args) -> int:
@@ -147,6 +149,8 @@ def _status(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cdc", description="Debezium change events applied to Apache Iceberg.")
     p.add_argument("--config", help="path to cdc.yaml (default: ./cdc.yaml or $CDC_CONFIG)")
+    p.add_argument("--log-format", choices=FORMATS,
+                   help="log lines on stderr as text, or one JSON object per line (default: $CDC_LOG_FORMAT or text)")
     sub = p.add_subparsers(dest="command", required=True)
 
     st = sub.add_parser("stack", help="start, stop or inspect the local stack")
@@ -250,13 +254,15 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    set_format(args.log_format or (os.environ.get("CDC_LOG_FORMAT") if os.environ.get("CDC_LOG_FORMAT") in FORMATS
+                                   else "text"))
     if args.command == "stack" and (args.purge and args.action != "down" or args.json and args.action != "status"):
         print("cdc: --purge goes with `stack down`, --json with `stack status`", file=sys.stderr)
         return 2
     try:
         return args.func(args)
     except CdcError as e:
-        print(f"cdc: error: {e}", file=sys.stderr)
+        log(f"cdc: error: {e}", level="error", event="error", error=e.message, hint=e.hint, exit_code=e.exit_code)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

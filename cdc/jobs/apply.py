@@ -3,7 +3,6 @@ truncate, dedupe, one MERGE whose snapshot carries the batch's offsets."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.register.topics import newest_values
 from cdc.report import metrics
+from cdc.report.log import log
 from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import PROP_COLUMNS
 from cdc.sources.types import Column, debezium_column, toastable
@@ -53,8 +53,8 @@ def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, ta
                 raise
             if table:
                 metrics.COMMIT_RETRIES.labels(table).inc()
-            print(f"commit conflict (attempt {attempt} of {attempts}), recomputing: "
-                  f"{str(e).splitlines()[0][:200]}", file=sys.stderr)
+            log(f"commit conflict (attempt {attempt} of {attempts}), recomputing: {str(e).splitlines()[0][:200]}",
+                table=table, event="commit-conflict", level="warning", attempt=attempt)
             sleep(0.2 * 2 ** attempt)
 
 
@@ -183,8 +183,9 @@ class TableApplier:
         table.refresh()
         table.updateProperties().set(PROP_COLUMNS, json.dumps([c.to_json() for c in evolution.columns])).commit()
         self.columns = evolution.columns
-        print(f"{self.name}: schema evolved: added {[c.name for c in missing]}, widened "
-              f"{[f'{c.name} to {c.spark_type}' for c in evolution.widened]}", file=sys.stderr)
+        log(f"schema evolved: added {[c.name for c in missing]}, widened "
+            f"{[f'{c.name} to {c.spark_type}' for c in evolution.widened]}", table=self.name, event="schema-evolved",
+            added=[c.name for c in missing], widened={c.name: c.spark_type for c in evolution.widened})
 
     def _dead_letters(self, spark, batch: DataFrame, events: DataFrame, total: int, batch_id: int) -> None:
         """Bad records stop the job (`fail`) or go, raw, to the dead-letter table (`dlq`),
@@ -208,8 +209,8 @@ class TableApplier:
         letters.createOrReplaceTempView(view)
         run_with_conflict_retries(lambda: spark.sql(dead_letters.record_sql(self.dead_letters_ref, view)),
                                   table=self.name)
-        print(f"{self.name}: {total} bad record(s) of batch {batch_id} set aside in "
-              f"{self.dead_letters_ref}", file=sys.stderr)
+        log(f"{total} bad record(s) of batch {batch_id} set aside in {self.dead_letters_ref}", table=self.name,
+            event="dead-letters", level="warning", records=total, batch_id=batch_id)
 
     def _newest_values(self, batch: DataFrame, batch_id: int) -> list:
         """Each partition's newest non-null value in the batch: read from Kafka just before
@@ -301,8 +302,9 @@ class TableApplier:
         crash_point("after-commit")
         records = sum(s.records for s in stats)
         metrics.batch_applied(self.name, records, sum(s.errors for s in stats), self.timer.elapsed(), self.timer.steps)
-        print(f"{self.name}: batch {batch_id} ({records:,} records) applied in {self.timer.line()}",
-              file=sys.stderr, flush=True)
+        log(f"batch {batch_id} ({records:,} records) applied in {self.timer.line()}", table=self.name,
+            event="batch-applied", batch_id=batch_id, records=records, seconds=round(self.timer.elapsed(), 3),
+            steps={k: round(v, 3) for k, v in self.timer.steps.items()})
 
     def _remembered(self, changes: DataFrame, remembered: DataFrame) -> DataFrame:
         """`changes` with the newest remembered delete position of each key (`_deleted_position`)."""

@@ -24,6 +24,7 @@ from cdc.bootstrap.plan import PROPERTY as BOOTSTRAP
 from cdc.control.commits import OFFSETS
 from cdc.errors import ApplyError
 from cdc.jobs.apply import run_with_conflict_retries
+from cdc.report.log import log
 from cdc.sinks import iceberg_spark
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -80,7 +81,8 @@ def maintain_table(spark, catalog: str, ident: str, retention: Retention, now: d
     boot = iceberg_spark.properties(table).get(BOOTSTRAP)
     if boot and Bootstrap.from_json(boot).state != DONE:
         # An unfinished bootstrap finds its committed chunks in the snapshot history.
-        print(f"{ident}: a bootstrap is unfinished: no snapshot expires until it is done", file=sys.stderr)
+        log("a bootstrap is unfinished: no snapshot expires until it is done", table=ident, level="warning",
+            event="expiry-skipped")
     else:
         snapshots = [(s.timestampMillis(), s.summary().get(OFFSETS) is not None) for s in table.snapshots()]
         cutoff = EPOCH + dt.timedelta(milliseconds=expire_before(snapshots, retention.snapshot_hours,
@@ -118,14 +120,16 @@ def maintain(settings, tables) -> list[dict]:
                 result = maintain_table(spark, settings.catalog.name, ident,
                                         Retention(reg.options.snapshot_retention_hours))
             except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's errors; the next run tries again
-                print(f"{ident}: maintenance failed: {str(e).splitlines()[0][:300]}", file=sys.stderr, flush=True)
+                log(f"maintenance failed: {str(e).splitlines()[0][:300]}", table=ident, level="error",
+                    event="maintenance-failed")
                 failed.append(ident)
                 continue
             b, a = result["before"], result["after"]
-            print(f"{ident}: data files {b['data_files']} -> {a['data_files']}, delete files {b['delete_files']} -> "
-                  f"{a['delete_files']}, snapshots {b['snapshots']} -> {a['snapshots']}, "
-                  f"{result['orphans_removed']} orphan file(s) removed ({time.monotonic() - started:.1f}s)",
-                  file=sys.stdout, flush=True)
+            log(f"data files {b['data_files']} -> {a['data_files']}, delete files {b['delete_files']} -> "
+                f"{a['delete_files']}, snapshots {b['snapshots']} -> {a['snapshots']}, "
+                f"{result['orphans_removed']} orphan file(s) removed ({time.monotonic() - started:.1f}s)",
+                table=ident, event="maintained", stream=sys.stdout, before=b, after=a,
+                orphans_removed=result["orphans_removed"], seconds=round(time.monotonic() - started, 3))
             out.append(result)
     if failed:
         raise ApplyError(f"maintenance failed for {', '.join(failed)} (see above)",

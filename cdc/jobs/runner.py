@@ -27,6 +27,7 @@ from cdc.planning.merge import deletes_ref, table_ref
 from cdc.register.connector import topic_for
 from cdc.register.topics import existing_topics, topic_id, watermarks
 from cdc.report import metrics
+from cdc.report.log import log
 from cdc.sinks import iceberg_spark
 from cdc.planning.protect import mask_key
 from cdc.sinks.iceberg import check_protection, table_columns
@@ -131,6 +132,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
 
 
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
+PROGRESS_EVERY_S = 15  # how often a table catching up (--available-now, replay) logs its progress
 FAILED_RETRY_S = 60.0  # how long a continuous job waits before it tries a failed table again
 _registries: dict[str, SchemaRegistry] = {}
 
@@ -151,8 +153,8 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
     if checkpoint_is_stale(reg.name, target.topic, target.committed, committed_end_offsets(checkpoint)):
         aside = checkpoint.with_name(f"{checkpoint.name}.stale-{int(time.time())}")
         checkpoint.rename(aside)
-        print(f"{reg.name}: checkpoint {checkpoint} belongs to another topic; moved to {aside}, "
-              f"resuming from the table's committed offsets")
+        log(f"checkpoint {checkpoint} belongs to another topic; moved to {aside}, resuming from the table's "
+            f"committed offsets", table=reg.name, event="checkpoint-moved", level="warning", stream=sys.stdout)
     if target.committed:  # partitions the table has not seen yet start at their earliest offset
         partitions = sorted(watermarks(settings.kafka_bootstrap, target.topic))
         start = replay_window(target.topic, partitions, offsets=json.dumps({str(p): o for p, o in
@@ -182,7 +184,7 @@ def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
     except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
         raise _failure(reg.name, e) from None
     shutil.rmtree(checkpoint, ignore_errors=True)
-    print(f"{reg.name}: replayed up to the end of {target.topic}")
+    log(f"replayed up to the end of {target.topic}", table=reg.name, event="replayed", stream=sys.stdout)
 
 
 def _failure(name: str, exc: BaseException) -> CdcError:
@@ -213,16 +215,18 @@ def _input_rows(progress) -> int:
     return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
 
 
-def read_lag(settings: Settings, reg: TableRegistration) -> None:
+def read_lag(settings: Settings, reg: TableRegistration) -> int | None:
     """The table's lag gauge: Kafka's end offsets against the end of the newest batch its
-    checkpoint marks committed (a lag that cannot be read now is read next time)."""
+    checkpoint marks committed (a lag that cannot be read now is read next time). Returns
+    the records left in all partitions (None: unknown now)."""
     topic = topic_for(reg.source.name, reg)
     try:
         ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
     except CdcError:
-        return
-    done = committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}
-    metrics.record_lag(reg.name, ends, done.get(topic, {}))
+        return None
+    done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
+    metrics.record_lag(reg.name, ends, done)
+    return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items())
 
 
 def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
@@ -266,7 +270,8 @@ class Supervisor:
                                                 "(raise spark.retry_for_s in cdc.yaml to wait longer)",
                              table=name)
         delay = self.delay.get(name, 1.0)
-        print(f"{name}: {str(exc).splitlines()[0][:300]}; retrying in {delay:.0f}s", file=sys.stderr)
+        log(f"{str(exc).splitlines()[0][:300]}; retrying in {delay:.0f}s", table=name, event="retrying",
+            level="warning", delay_s=delay)
         self.sleep(delay)
         self.delay[name] = min(delay * 2, 30.0)
 
@@ -287,6 +292,14 @@ class Supervisor:
             except Exception as e:  # noqa: BLE001 - py4j: the catalog or Kafka failing under Spark
                 self.backoff(name, e)
 
+    def progress(self, name: str) -> None:
+        """A progress line of a table catching up: the records left in Kafka, and the rate."""
+        left = read_lag(self.settings, self.tables[name])
+        rate = (self.queries[name].lastProgress or {}).get("processedRowsPerSecond")
+        log(f"catching up: {'?' if left is None else f'{left:,}'} record(s) left"
+            + (f", {rate:,.0f} records/s" if rate else ""), table=name, event="progress", records_left=left,
+            records_per_s=round(rate) if rate else None)
+
     def fail(self, name: str, error: CdcError) -> None:
         """A table given up: recorded and reported, and the other tables go on. A continuous
         job tries it again after FAILED_RETRY_S."""
@@ -298,8 +311,8 @@ class Supervisor:
             query.stop()
         jobstate.record(self.settings.state_dir, name, jobstate.FAILED, error.message)
         others = len(self.tables) - len(self.failed)
-        print(f"{name}: failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else ""),
-              file=sys.stderr, flush=True)
+        log(f"failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else ""), table=name,
+            event="table-failed", level="error", error=error.message, hint=error.hint)
 
     def start_or_fail(self, name: str) -> None:
         try:
@@ -324,7 +337,8 @@ class Supervisor:
         for name in list(self.queries):
             while name not in self.failed:
                 try:
-                    self.queries[name].awaitTermination()
+                    while not self.queries[name].awaitTermination(PROGRESS_EVERY_S):
+                        self.progress(name)
                     read_lag(self.settings, self.tables[name])
                     break
                 except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
@@ -337,7 +351,7 @@ class Supervisor:
             if name not in self.failed:
                 self.recovered(name)
                 jobstate.record(self.settings.state_dir, name, jobstate.CAUGHT_UP)
-                print(f"{name}: caught up")
+                log("caught up", table=name, event="caught-up", stream=sys.stdout)
         self.outcome()
 
     def run_until_stopped(self) -> None:
@@ -355,9 +369,9 @@ class Supervisor:
             while not stop.is_set() and len(self.failed) < len(self.tables):
                 self.poll()
             if not stop.is_set():
-                print("every table has failed: stopping", file=sys.stderr)
+                log("every table has failed: stopping", event="stopping", level="error")
             else:
-                print("stop requested: stopping the queries")
+                log("stop requested: stopping the queries", event="stopping", stream=sys.stdout)
             for name in self.queries:
                 jobstate.record(self.settings.state_dir, name, jobstate.STOPPED)
         finally:
@@ -388,7 +402,7 @@ class Supervisor:
         for name in [n for n in self.failed if self.clock() >= self.retry_at[n]]:
             del self.failed[name]
             self.recovered(name)
-            print(f"{name}: trying the failed table again", file=sys.stderr)
+            log("trying the failed table again", table=name, event="table-retried")
             self.start_or_fail(name)
 
     def stop(self) -> None:

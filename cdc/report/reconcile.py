@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from cdc.planning.position import after_count
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.planning.sql import q
 from cdc.report import history
+from cdc.report.log import log
 from cdc.report.deep import differences
 from cdc.report.status import table_status
 from cdc.sinks.catalog import load_catalog
@@ -25,6 +25,7 @@ from cdc.sinks.iceberg import live_rows_filter
 from cdc.sources import module_of, postgres
 
 OK, DRIFT, IN_FLIGHT = "OK", "DRIFT", "IN-FLIGHT"
+PROGRESS_EVERY_S = 10  # how often a table still in flight logs what it waits for
 
 
 def verdict(source_rows: int, target_rows: int | None, caught_up: bool, target_past_source: bool) -> str:
@@ -70,7 +71,7 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
     rows themselves once the target has caught up."""
     deep_reads = deep is not None and settings.sources[reg.source.name].kind == "postgresql"
     with _source_count(settings, reg, deep_reads) as (source_rows, source_position, shown, marker, snapshot):
-        deadline = clock() + wait_s
+        deadline, shown_at = clock() + wait_s, clock()
         while True:
             # The marker first: once it is captured, the lag read next covers every change counted.
             captured = marker.captured_by(client.offsets(connector_name(reg.source.name)))
@@ -79,6 +80,13 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
             caught_up = captured and status.get("registered", False) and status["lag"] == 0
             if (target_rows == source_rows and deep is None) or caught_up or clock() >= deadline:
                 break
+            if clock() - shown_at >= PROGRESS_EVERY_S:
+                shown_at = clock()
+                log(f"waiting for the target to catch up: marker {'captured' if captured else 'not captured yet'}, "
+                    f"lag {status.get('lag')}, {target_rows} of {source_rows} rows, "
+                    f"{max(0, deadline - clock()):.0f}s left", table=reg.name, event="progress",
+                    marker_captured=captured, lag=status.get("lag"), target_rows=target_rows,
+                    source_rows=source_rows)
             sleep(1.0)
         position = status.get("position")
         past = bool(position) and after_count(position, source_position)
@@ -117,8 +125,8 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
     try:
         history.record(catalog, uuid.uuid4().hex[:12], rows)
     except Exception as e:  # noqa: BLE001 - the check stands without its history (a read-only catalog role)
-        print(f"warning: this run was not appended to {history.HISTORY}: {str(e).splitlines()[0][:300]}",
-              file=sys.stderr)
+        log(f"warning: this run was not appended to {history.HISTORY}: {str(e).splitlines()[0][:300]}",
+            level="warning", event="history-not-written")
     return rows
 
 
@@ -154,9 +162,10 @@ def _deep_compare(settings: Settings, limit: int):
         source = source.select(*[F.col(q(n)).cast(types[n]).alias(n) for n in names])
         started = time.monotonic()
         found = deep.compare(source, target, names, key, limit)
-        print(f"{reg.name}: deep compare of {found['rows']['source']:,} source and {found['rows']['target']:,} "
-              f"target rows in {time.monotonic() - started:.1f}s, {len(found['levels'])} level(s): "
-              f"{deep.differences(found)} key(s) differ", file=sys.stderr)
+        log(f"deep compare of {found['rows']['source']:,} source and {found['rows']['target']:,} "
+            f"target rows in {time.monotonic() - started:.1f}s, {len(found['levels'])} level(s): "
+            f"{deep.differences(found)} key(s) differ", table=reg.name, event="deep-compared",
+            rows=found["rows"], differences=deep.differences(found))
         return found
 
     return compare

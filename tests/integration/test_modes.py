@@ -3,6 +3,7 @@ PostgreSQL -> Debezium -> Kafka -> `cdc run` -> Iceberg, read back with pyiceber
 pyarrow, reconciled by `cdc reconcile --deep`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -43,10 +44,13 @@ def env(it_env, tmp_path_factory):
         (tables / f"{s}.{table}.yaml").unlink()
 
 
-def test_history_soft_delete_and_masks_end_to_end(env):
+def test_history_soft_delete_and_masks_end_to_end(env, capsys):
     s = env.schema
-    for table in ("people", "accounts"):  # the initial snapshot
-        assert env.cdc("run", "--available-now", "--table", f"{s}.{table}") == 0
+    for table in ("people", "accounts"):  # the initial snapshot, logged as JSON lines
+        assert env.cdc("--log-format", "json", "run", "--available-now", "--table", f"{s}.{table}") == 0
+        events = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+        applied = [e for e in events if e["event"] == "batch-applied"]
+        assert applied and applied[0]["table"] == f"{s}.{table}" and applied[0]["records"] == 3
     for n in (1, 2, 3):  # one row updated three times, each in its own transaction, then deleted
         env.transaction(f"UPDATE \"{s}\".people SET name = 'person 1 v{n}' WHERE id = 1")
     env.transaction(f'DELETE FROM "{s}".people WHERE id = 1')

@@ -41,3 +41,24 @@ def test_metrics_port_in_use_is_a_clear_error():
         sock.listen()
         with pytest.raises(ConfigError, match=f"cannot serve metrics on port {sock.getsockname()[1]}"):
             serve(sock.getsockname()[1], address="127.0.0.1")
+
+
+def test_log_lines_as_json(tmp_path, capsys, monkeypatch):
+    import json
+
+    from cdc.report.log import log
+
+    assert main(["--log-format", "json", "--config", str(tmp_path / "none.yaml"), "register"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    doc = json.loads(line)
+    assert doc["level"] == "error" and doc["event"] == "error" and doc["exit_code"] == 2
+    assert "does not exist" in doc["error"] and doc["time"].endswith("+00:00")
+    log("batch 3 applied", table="shop.orders", event="batch-applied", records=12, steps={"merge": 1.5})
+    doc = json.loads(capsys.readouterr().err)
+    assert (doc["table"], doc["records"], doc["steps"]) == ("shop.orders", 12, {"merge": 1.5})
+
+    monkeypatch.setenv("CDC_LOG_FORMAT", "text")  # the next command is plain text again
+    assert main(["--config", str(tmp_path / "none.yaml"), "register"]) == 2
+    assert capsys.readouterr().err.startswith("cdc: error: ")
+    log("caught up", table="shop.orders")
+    assert capsys.readouterr().err == "shop.orders: caught up\n"

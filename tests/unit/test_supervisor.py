@@ -55,10 +55,11 @@ class FakeQuery:
     def __init__(self, error=None):
         self.error, self.isActive, self.lastProgress = error, True, None
 
-    def awaitTermination(self):
+    def awaitTermination(self, timeout=None):
         self.isActive = False
         if self.error is not None:
             raise self.error
+        return True
 
     def exception(self):
         return self.error
