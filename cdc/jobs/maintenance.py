@@ -67,7 +67,8 @@ def table_files(spark, catalog: str, ident: str) -> dict[str, int]:
 def maintain_table(spark, catalog: str, ident: str, retention: Retention, now: dt.datetime | None = None) -> dict:
     """Compact, expire and clean one table; returns its files before and after."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    name, call = _literal(ident), f"CALL {catalog}.system"
+    # The table named with its catalog: a bare namespace would first be tried as a catalog.
+    name, call = _literal(f"{catalog}.{ident}"), f"CALL {catalog}.system"
     before = table_files(spark, catalog, ident)
     run_with_conflict_retries(lambda: spark.sql(
         f"{call}.rewrite_data_files(table => {name}, options => map('min-input-files', '2', "
