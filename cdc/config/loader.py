@@ -15,6 +15,9 @@ from cdc.errors import ConfigError
 
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_CONFIG = "cdc.yaml"
+# Keys whose value is never echoed in an error: passwords, catalog credentials and tokens,
+# the masking key, secret catalog properties.
+SECRET_KEY = re.compile(r"password|secret|credential|token|(^|\.)key$", re.IGNORECASE)
 
 
 def expand_env(value: Any, where: str) -> Any:
@@ -58,7 +61,7 @@ def describe(e: ValidationError, path: Path) -> str:
             msg = err["msg"].removeprefix("Value error, ")
             value = err.get("input")
             # Never echo secrets, nor whole sections (they may hold one).
-            shown = "" if isinstance(value, (dict, list)) or "password" in loc else f" (current value: {value!r})"
+            shown = "" if isinstance(value, (dict, list)) or SECRET_KEY.search(loc) else f" (current value: {value!r})"
             lines.append(f"{path}: {loc}: {msg}{shown}")
     return "\n".join(lines)
 

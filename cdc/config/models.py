@@ -120,19 +120,102 @@ class SourceSettings(Frozen):
         return self
 
 
+# Catalog properties cdc sets from the catalog's own keys: `properties` may not repeat them.
+CATALOG_OWN_PROPERTIES = ("name", "type", "catalog-impl", "uri", "warehouse", "credential", "token")
+# Properties whose value is a secret (s3.secret-access-key, ...): masked wherever cdc shows them.
+SECRET_PROPERTY = re.compile(r"secret|password|token|credential", re.IGNORECASE)
+URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 class CatalogSettings(Frozen):
-    """The Iceberg catalog. `sqlite`: Iceberg's JDBC catalog on a SQLite file, which
-    pyiceberg's SqlCatalog opens under the same name (schema version V1 on both sides)."""
+    """The Iceberg catalog, opened by Spark (SparkCatalog) and by pyiceberg under the same
+    name. `sqlite`: Iceberg's JDBC catalog on a SQLite file, which pyiceberg's SqlCatalog
+    opens too (schema version V1 on both sides), the warehouse a local path. `rest`: an
+    Iceberg REST catalog at `uri`, the warehouse a URI (s3://bucket/prefix) or a path, and
+    `properties` (Iceberg catalog properties such as io-impl and s3.*) for both engines;
+    `credential` and `token` come from the environment (`${ENV}`), never from this file."""
 
     name: str = "lake"
-    type: Literal["sqlite"] = "sqlite"
-    path: Path = Path(".state/iceberg/catalog.db")
-    warehouse: Path = Path(".state/iceberg/warehouse")
+    type: Literal["sqlite", "rest"] = "sqlite"
+    path: Path = Path(".state/iceberg/catalog.db")  # sqlite: the catalog's SQLite file
+    # sqlite: a local directory (a Path once validated; default .state/iceberg/warehouse).
+    # rest: what the catalog is given as `warehouse` (a URI or a path); unset: its default.
+    warehouse: Path | str | None = None
+    uri: str | None = None  # rest: the catalog's base URL, as the driver and executors reach it
+    credential: SecretStr | None = None  # rest: OAuth2 client credentials, "<client_id>:<client_secret>"
+    token: SecretStr | None = None  # rest: a bearer token
+    properties: dict[str, str] = {}  # rest: further catalog properties, str -> str
 
     @field_validator("name")
     @classmethod
     def _plain(cls, v: str) -> str:
         return check_identifier(v, "catalog name")
+
+    @field_validator("uri")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"uri {v!r} is not an http(s) URL: give the REST catalog's base URL, "
+                             f"e.g. http://127.0.0.1:18181")
+        return v.rstrip("/") if v else v
+
+    @field_validator("properties", mode="before")
+    @classmethod
+    def _properties(cls, v):
+        """YAML scalars become the strings Iceberg expects (true -> "true"); anything else,
+        and keys cdc sets itself, are refused by name."""
+        if not isinstance(v, dict):
+            raise ValueError(f"properties must be a mapping of catalog property names to values, "
+                             f"found {type(v).__name__}")
+        out = {}
+        for key, value in v.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"properties: the key {key!r} is not a property name")
+            if key in CATALOG_OWN_PROPERTIES:
+                raise ValueError(f"properties[{key!r}]: set catalog.{key} instead" if key != "catalog-impl"
+                                 else f"properties[{key!r}]: cdc chooses the catalog by catalog.type")
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, (int, float)):
+                value = str(value)
+            elif not isinstance(value, str):
+                shown = "" if SECRET_PROPERTY.search(key) else f" {value!r}"
+                raise ValueError(f"properties[{key!r}]: the value{shown} must be a string, number or "
+                                 f"boolean, not {type(value).__name__}")
+            out[key] = value
+        return out
+
+    @model_validator(mode="after")
+    def _by_type(self) -> "CatalogSettings":
+        given = self.model_fields_set
+        if self.type == "sqlite":
+            extra = [k for k in ("uri", "credential", "token", "properties") if k in given]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only for type rest (a sqlite catalog takes path and "
+                                 f"warehouse): remove {'them' if len(extra) > 1 else 'it'}, or set type: rest")
+            warehouse = self.warehouse if self.warehouse is not None else Path(".state/iceberg/warehouse")
+            if isinstance(warehouse, str) and URI_SCHEME.match(warehouse):
+                raise ValueError(f"warehouse {warehouse!r}: a sqlite catalog's warehouse is a local path; "
+                                 f"object storage needs type rest")
+            object.__setattr__(self, "warehouse", Path(warehouse))
+            return self
+        if self.uri is None:
+            raise ValueError("uri is required for type rest: the REST catalog's base URL, "
+                             "e.g. http://127.0.0.1:18181")
+        if "path" in given:
+            raise ValueError(f"path {str(self.path)!r}: a rest catalog has no SQLite file: remove it")
+        if self.warehouse is not None:
+            warehouse = str(self.warehouse).strip()
+            if not warehouse:
+                raise ValueError("warehouse is empty: give a URI (s3://bucket/prefix) or a path, or remove it")
+            object.__setattr__(self, "warehouse", warehouse)
+        return self
+
+    def __repr_args__(self):
+        for key, value in super().__repr_args__():
+            if key == "properties":
+                value = {k: "**********" if SECRET_PROPERTY.search(k) else v for k, v in value.items()}
+            yield key, value
 
 
 class MaskingSettings(Frozen):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shutil
 
 from cdc.config.models import Settings
-from cdc.sinks.catalog import pyiceberg_properties
+from cdc.sinks.catalog import local_dirs, pyiceberg_properties
 from cdc.stack.kafka import Connect, Kafka
 from cdc.stack.mariadb import MariaDB
 from cdc.stack.postgres import Postgres
@@ -26,9 +26,8 @@ class Stack:
 
     def up(self) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-        for d in (self.settings.catalog.warehouse, self.settings.spark.checkpoint_dir):
-            self.settings.path(d).mkdir(parents=True, exist_ok=True)
-        self.settings.path(self.settings.catalog.path).parent.mkdir(parents=True, exist_ok=True)
+        for d in (*local_dirs(self.settings), self.settings.path(self.settings.spark.checkpoint_dir)):
+            d.mkdir(parents=True, exist_ok=True)
         self.postgres.start()
         if self.settings.stack.mariadb_port:
             self.mariadb.start()
