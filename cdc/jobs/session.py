@@ -51,6 +51,9 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
         "spark.scheduler.mode": "FAIR",  # each table's query has a pool of its own (jobs/runner.py)
         # A field that does not parse must not become a silent null (decoding/spark_decode.py).
         "spark.sql.json.enablePartialResults": "false",
+        # The masking key's pads are binary literals in the plans of masked columns
+        # (planning/protect.py): EXPLAIN, the SQL UI and event logs show them redacted.
+        "spark.sql.redaction.string.regex": "(?i)(0x|x')[0-9a-f]{128}",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",

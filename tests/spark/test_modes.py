@@ -113,3 +113,7 @@ def test_the_hash_in_spark_is_hmac_sha256_of_the_text(spark):
         row = spark.sql(f"SELECT {hmac_sql('s', key)} AS s, {hmac_sql('i', key)} AS i, {hmac_sql('n', key)} AS n "
                         f"FROM VALUES ('snowman ☃', 42, CAST(NULL AS STRING)) AS v(s, i, n)").first()
         assert (row["s"], row["i"], row["n"]) == (mask_value("snowman ☃", key), mask_value("42", key), None)
+    plan = spark.sql(f"SELECT {hmac_sql('id', b'short')} FROM range(1)")
+    pad = bytes(b ^ 0x36 for b in b"short".ljust(64, b"\0")).hex()
+    shown = plan._sc._jvm.PythonSQLUtils.explainString(plan._jdf.queryExecution(), "extended")
+    assert "sha2" in shown and pad not in shown.lower()  # the key's pads are redacted from EXPLAIN
