@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -242,23 +243,25 @@ def it_mariadb(stack, spark, settings, tmp_path_factory):
             env.catalog.purge_table(ident)
 
 
-def _drop_leftovers(env: Env) -> None:
-    """Connectors, slots, publications and schemas of earlier runs that were killed."""
+def _drop_leftovers(env: Env, prefix: str = "it_", keep: str | None = None) -> None:
+    """Connectors, slots, publications and schemas of earlier runs that were killed: those
+    of the sources named `<prefix>...`, but `keep` (a source in use)."""
+    like = prefix.replace("_", "\\_") + "%"
+    mine = (f"cdc\\_{like}", f"cdc_{keep}")  # slots and publications are cdc_<source>
     client = ConnectClient(env.settings.connect_url)
     for name in requests.get(f"{env.settings.connect_url}/connectors", timeout=10).json():
-        if name.startswith("cdc-it_"):
+        if name.startswith(f"cdc-{prefix}") and name != f"cdc-{keep}":
             client.delete(name)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        active = env.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'cdc\\_it\\_%' AND active")
-        if not active[0][0]:
-            break
+    while env.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s AND active AND slot_name <> %s",
+                  mine)[0][0] and time.monotonic() < deadline:
         time.sleep(0.5)
     env.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name LIKE 'cdc\\_it\\_%' AND NOT active")
-    for (pub,) in env.sql("SELECT pubname FROM pg_publication WHERE pubname LIKE 'cdc\\_it\\_%'"):
+            "WHERE slot_name LIKE %s AND NOT active AND slot_name <> %s", mine)
+    for (pub,) in env.sql("SELECT pubname FROM pg_publication WHERE pubname LIKE %s AND pubname <> %s", mine):
         env.sql(f'DROP PUBLICATION "{pub}"')
-    for (nsp,) in env.sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'it\\_%'"):
+    for (nsp,) in env.sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s AND nspname <> %s",
+                          (like, str(keep))):
         env.sql(f'DROP SCHEMA "{nsp}" CASCADE')
 
 
@@ -285,6 +288,29 @@ def end_offset(env: Env, topic: str, partition: int = 0) -> int:
     from cdc.register.topics import watermarks
 
     return watermarks(env.settings.kafka_bootstrap, topic)[partition][1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 60) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+
+def wait_or_kill(proc: subprocess.Popen, timeout: float) -> int:
+    """The exit code of a process started in a session of its own; on a timeout (or an
+    interrupt) its whole process group is killed, whatever happens."""
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
 
 
 def start_driver(env: Env, table: str, log, extra_env: dict | None = None, args: tuple = ()) -> subprocess.Popen:

@@ -10,14 +10,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cdc.config.models import Settings, TableRegistration
+from cdc.config.models import SECRET_PROPERTY, Settings, TableRegistration
 from cdc.errors import ConfigError
 
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_CONFIG = "cdc.yaml"
 # Keys whose value is never echoed in an error: passwords, catalog credentials and tokens,
 # the masking key, secret catalog properties.
-SECRET_KEY = re.compile(r"password|secret|credential|token|(^|\.)key$", re.IGNORECASE)
+SECRET_KEY = re.compile(SECRET_PROPERTY.pattern + r"|(^|\.)key$", re.IGNORECASE)
 
 
 def expand_env(value: Any, where: str) -> Any:

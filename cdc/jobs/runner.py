@@ -314,6 +314,16 @@ class Supervisor:
         log(f"failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else ""), table=name,
             event="table-failed", level="error", error=error.message, hint=error.hint)
 
+    def retry(self, name: str, exc: BaseException) -> None:
+        """After a failure of a table's query: start it again after the backoff, or give the
+        table up once retrying cannot mend it."""
+        try:
+            self.backoff(name, exc)
+        except CdcError as error:
+            self.fail(name, error)
+            return
+        self.start_or_fail(name)
+
     def start_or_fail(self, name: str) -> None:
         try:
             self.start(name)
@@ -342,12 +352,7 @@ class Supervisor:
                     read_lag(self.settings, self.tables[name])
                     break
                 except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
-                    try:
-                        self.backoff(name, e)
-                    except CdcError as error:
-                        self.fail(name, error)
-                        break
-                    self.start_or_fail(name)
+                    self.retry(name, e)
             if name not in self.failed:
                 self.recovered(name)
                 jobstate.record(self.settings.state_dir, name, jobstate.CAUGHT_UP)
@@ -393,12 +398,7 @@ class Supervisor:
                     self.recovered(name)
                 continue
             exc = q.exception()
-            try:
-                self.backoff(name, exc if exc is not None else ApplyError(f"table {name}: query stopped"))
-            except CdcError as error:
-                self.fail(name, error)
-                continue
-            self.start_or_fail(name)
+            self.retry(name, exc if exc is not None else ApplyError(f"table {name}: query stopped"))
         for name in [n for n in self.failed if self.clock() >= self.retry_at[n]]:
             del self.failed[name]
             self.recovered(name)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,21 +18,11 @@ import pytest
 import requests
 
 from cdc.jobs.session import LOG_CONFIG
-from tests.conftest import ROOT, _cleanup, postgres_env
+from tests.conftest import ROOT, _cleanup, free_port, postgres_env, tail, wait_or_kill
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ROWS = 500
 SUBMIT_S = 300  # the most one spark-submit may take before the test fails (it takes far less)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tail(path: Path, lines: int = 60) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
 
 
 @dataclass
@@ -158,14 +147,7 @@ def submit(cluster: Cluster, env, app: str) -> None:
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=cluster.env, cwd=cluster.work, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    try:
-        code = proc.wait(timeout=SUBMIT_S)
-    finally:  # on a timeout (or an interrupt) the JVM and its Python driver go, whatever happens
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
+    code = wait_or_kill(proc, SUBMIT_S)  # the JVM and its Python driver go, whatever happens
     assert code == 0, f"spark-submit exited {code}:\n{tail(log, 80)}\n{cluster.logs()}"
 
 

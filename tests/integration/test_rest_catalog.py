@@ -13,9 +13,7 @@ import datetime as dt
 import os
 import secrets
 import signal
-import socket
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,31 +29,19 @@ from pyiceberg.catalog import load_catalog as pyiceberg_load
 
 from cdc.config import load_settings
 from cdc.config.models import TableRegistration
-from cdc.register.connector import ConnectClient
 from cdc.sinks.catalog import load_catalog, pyiceberg_properties, spark_catalog_conf
 from cdc.sinks.iceberg import ensure_table
 from cdc.sources.types import Column
 from cdc.stack.manager import Stack
 from cdc.stack.process import java
-from tests.conftest import _cleanup, postgres_env
+from tests.conftest import _cleanup, _drop_leftovers, free_port, postgres_env, start_driver, tail, wait_or_kill
 
 SERVER_HEAP = "256m"
 READY_S = 90
 RUN_S = 420  # the most one `cdc run --available-now` may take before the test fails
 PREFIX = "itr_"  # this module's sources; not `it_`, whose leftovers other runs drop
-LIKE = "itr\\_%"  # PREFIX as a LIKE pattern
 BUCKET = "warehouse"
 S3_SECRET_ENV = "CDC_IT_S3_SECRET"  # the S3 secret reaches cdc.yaml as ${CDC_IT_S3_SECRET}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tail(path: Path, lines: int = 60) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
 
 
 @dataclass
@@ -231,28 +217,6 @@ def test_spark_and_pyiceberg_share_one_rest_catalog(spark, storage, request, tmp
 # ---- end to end: PostgreSQL -> Debezium -> Kafka -> `cdc run` -> the REST catalog ----
 
 
-def _drop_leftovers(env) -> None:
-    """Connectors, slots, publications and schemas of this module's earlier runs that were
-    killed (tests/conftest.py does the same for `it_` sources)."""
-    client = ConnectClient(env.settings.connect_url)
-    for name in requests.get(f"{env.settings.connect_url}/connectors", timeout=10).json():
-        if name.startswith(f"cdc-{PREFIX}") and name != f"cdc-{env.source}":
-            client.delete(name)
-    deadline = time.monotonic() + 60
-    pattern = f"cdc\\_{LIKE}"  # slots and publications are cdc_<source>
-    while env.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s AND active AND slot_name <> %s",
-                  (pattern, f"cdc_{env.source}"))[0][0] and time.monotonic() < deadline:
-        time.sleep(0.5)
-    env.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name LIKE %s AND NOT active AND slot_name <> %s", (pattern, f"cdc_{env.source}"))
-    for (pub,) in env.sql("SELECT pubname FROM pg_publication WHERE pubname LIKE %s AND pubname <> %s",
-                          (pattern, f"cdc_{env.source}")):
-        env.sql(f'DROP PUBLICATION "{pub}"')
-    for (nsp,) in env.sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s AND nspname <> %s",
-                          (LIKE, env.schema)):
-        env.sql(f'DROP SCHEMA "{nsp}" CASCADE')
-
-
 @pytest.fixture(scope="module")
 def rest_env(stack, settings, s3_catalog, tmp_path_factory):
     """A source of its own on the stack's PostgreSQL whose cdc.yaml has the REST catalog
@@ -267,7 +231,7 @@ def rest_env(stack, settings, s3_catalog, tmp_path_factory):
         env.config.write_text(yaml.safe_dump(doc))
         rest = load_settings(env.config)
         env = dataclasses.replace(env, settings=rest, catalog=load_catalog(rest))
-        _drop_leftovers(env)
+        _drop_leftovers(env, PREFIX, keep=env.source)
         yield env
     finally:
         _cleanup(env)
@@ -277,17 +241,8 @@ def run_driver(env, table: str) -> None:
     """`cdc run --available-now --table` as its own process; fails with its output."""
     log = env.config.parent / f"run-{table}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run",
-                                 "--available-now", "--table", f"{env.schema}.{table}"],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        code = proc.wait(timeout=RUN_S)
-    finally:  # on a timeout (or an interrupt) the driver and its JVM go, whatever happens
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
+        proc = start_driver(env, table, out, args=("--available-now",))
+    code = wait_or_kill(proc, RUN_S)
     assert code == 0, f"cdc run exited {code}:\n{tail(log, 80)}"
 
 
