@@ -50,8 +50,13 @@ def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = N
 
 def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, chunk_rows: int,
                restart: bool) -> None:
+    if reg.sink != "iceberg":
+        raise ConfigError(f"table {reg.name}: `cdc bootstrap` fills Iceberg targets; its target is a {reg.sink} table",
+                          hint="a Delta target is filled by Debezium's snapshot when it is registered; to refill "
+                               "it, delete its directory, run `cdc register --table " + reg.name + "`, then "
+                               "`cdc run`")
     spark = get_session(settings).newSession()
-    _, table = load_target(spark, settings, reg)
+    table = load_target(spark, settings, reg)[1].table  # org.apache.iceberg.Table
     columns, key, topic = table_columns(iceberg_spark.properties(table))
     check_protection(reg, iceberg_spark.properties(table))
     text = iceberg_spark.properties(table).get(PROPERTY)

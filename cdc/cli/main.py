@@ -9,6 +9,7 @@ import sys
 import time
 
 from cdc.config import load_settings, load_tables
+from cdc.config.models import SINKS
 from cdc.errors import CdcError
 from cdc.report.log import FORMATS, log, set_format
 
@@ -53,7 +54,7 @@ def _tables(args) -> int:
 
     settings = load_settings(args.config)
     if args.action == "add":
-        path = tables.add(settings, args.schema, args.table, source=args.source, name=args.name,
+        path = tables.add(settings, args.schema, args.table, source=args.source, name=args.name, sink=args.sink,
                           key=tuple(k.strip() for k in args.key.split(",")) if args.key else None)
         print(path.read_text(), end="")
         print(f"wrote {path}; next: cdc register --table {path.stem} --dry-run, then without --dry-run")
@@ -174,6 +175,8 @@ def parser() -> argparse.ArgumentParser:
     ta.add_argument("--name", metavar="NS.TABLE", help="the registration and target name (default: SCHEMA.TABLE)")
     ta.add_argument("--key", metavar="COL[,COL...]", help="key columns (default: the primary key; required "
                                                           "for a table without one)")
+    ta.add_argument("--sink", choices=SINKS, default="iceberg",
+                    help="the target's format: a table of the Iceberg catalog, or a Delta table under delta.root")
     ta.set_defaults(func=_tables)
     tl = tsub.add_parser("list", help="each registration with its state")
     tl.add_argument("--json", action="store_true", help="print JSON")

@@ -227,6 +227,20 @@ class MaskingSettings(Frozen):
     key_file: Path | None = None
 
 
+class DeltaSettings(Frozen):
+    """Where the targets of `sink: delta` registrations live: one Delta table per target at
+    <root>/<namespace>/<table>, with its delete memory and dead letters beside it."""
+
+    root: Path = Path(".state/delta")
+
+    @field_validator("root")
+    @classmethod
+    def _plain_path(cls, v: Path) -> Path:
+        if "`" in str(v) or URI_SCHEME.match(str(v)):
+            raise ValueError(f"root {str(v)!r}: give a local or mounted directory (no URI, no backquote)")
+        return v
+
+
 class SparkSettings(Frozen):
     master: str = "local[2]"
     driver_memory: str = "2g"
@@ -248,6 +262,7 @@ class Settings(Frozen):
     sources: dict[str, SourceSettings] = {}
     schema_registry: SchemaRegistrySettings = SchemaRegistrySettings()
     catalog: CatalogSettings = CatalogSettings()
+    delta: DeltaSettings = DeltaSettings()
     spark: SparkSettings = SparkSettings()
     masking: MaskingSettings = MaskingSettings()
     tables_dir: Path = Path("tables")
@@ -339,6 +354,7 @@ class TableOptions(Frozen):
 
 
 MODES = ("upsert", "history", "soft_delete")
+SINKS = ("iceberg", "delta")
 
 
 class TableRegistration(Frozen):
@@ -348,6 +364,8 @@ class TableRegistration(Frozen):
     source: SourceRef
     key: tuple[str, ...] | None = None  # None: the source's primary key
     target: str | None = None  # default: `name`
+    # iceberg: a table of the Iceberg catalog; delta: a Delta Lake table under delta.root.
+    sink: Literal["iceberg", "delta"] = "iceberg"
     # upsert: the target holds each key's current row; history: every version of every row
     # with its validity interval (SCD type 2); soft_delete: a deleted row stays, marked.
     mode: Literal["upsert", "history", "soft_delete"] = "upsert"

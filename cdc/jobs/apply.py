@@ -1,5 +1,6 @@
 """Applying one micro-batch of one table: decode, skip what the table already holds,
-truncate, dedupe, one MERGE whose snapshot carries the batch's offsets."""
+truncate, dedupe, one MERGE whose commit carries the batch's offsets (Iceberg or Delta,
+see sinks/targets.py)."""
 from __future__ import annotations
 
 import json
@@ -30,20 +31,21 @@ from cdc.planning.sql import TOMBSTONE, q
 from cdc.register.topics import newest_values
 from cdc.report import metrics
 from cdc.report.log import log
-from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import PROP_COLUMNS
+from cdc.sinks.targets import TABLE_CLAUSES, format_of, open_table
 from cdc.sources.types import Column, debezium_column, toastable
 
-SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
-CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException")
+CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
+             "io.delta.exceptions.Concurrent")
 
 
 def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, table: str | None = None):
     """Run a commit that may meet a concurrent one (a compaction, another writer). Iceberg
     retries plain concurrent commits itself; when validation finds a real conflict, the
-    statement runs again from the start, re-reading the table, so the batch is recomputed.
+    statement runs again from the start, re-reading the table, so the batch is recomputed
+    (Delta's optimistic concurrency conflicts alike).
     Offsets are stamped on that same commit, so they never advance without their data."""
     for attempt in range(1, attempts + 1):
         try:
@@ -83,7 +85,9 @@ class BatchTimer:
 @dataclass
 class TableApplier:
     """The foreachBatch function of one table's query. Its SparkSession is the table's
-    own (`spark.newSession()`), so snapshot properties set here land on this table only."""
+    own (`spark.newSession()`), so the commit stamps set here land on this table only.
+    `target_ref` names an Iceberg table or a Delta table's path (sinks/targets.py); the
+    delete memory and dead letters are tables of the same format."""
 
     name: str
     target_ref: str
@@ -112,22 +116,23 @@ class TableApplier:
     def prepare(self, spark) -> "TableApplier":
         """Create the table's delete memory if missing and drop entries past the horizon."""
         by_name = {c.name: c for c in self.columns}
-        spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key]))
+        clause = TABLE_CLAUSES[format_of(self.target_ref)]
+        spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
         spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
         if self.masked and not self.mask_key:
             raise ValueError(f"table {self.name}: masked columns need a masking key")
         if self.on_error == "dlq":
             if not self.dead_letters_ref:
                 raise ValueError(f"table {self.name}: on_error dlq needs a dead-letter table")
-            spark.sql(dead_letters.table_sql(self.dead_letters_ref))
+            spark.sql(dead_letters.table_sql(self.dead_letters_ref, clause))
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         self.timer = BatchTimer()
         with self.timer.step("table"):
-            table = iceberg_spark.load_table(spark, self.target_ref)
-            summary = iceberg_spark.last_committed_summary(table)
+            table = open_table(spark, self.target_ref)
+            summary = table.last_committed_summary()
         committed = commits.parse_offsets(summary).get(self.topic, {})
         if committed and self.skip_committed:  # what the table holds (a re-run batch, a lost checkpoint)
             seen = None
@@ -168,7 +173,7 @@ class TableApplier:
                     continue  # without the source type only new columns are told
                 seen.append(debezium_column(f["field"], f["type"], f["name"], params, self.name, self.source_kind))
         evolution = evolve(self.name, self.columns, seen, self.key)
-        missing = [c for c in evolution.columns if table.schema().findField(c.name) is None]
+        missing = [c for c in evolution.columns if not table.has_column(c.name)]
         if not evolution.changed and not missing:
             return
         last = [c.name for c in self.columns][-1]
@@ -176,12 +181,11 @@ class TableApplier:
             kind = "STRING" if c.name in self.masked else c.spark_type
             spark.sql(f"ALTER TABLE {self.target_ref} ADD COLUMN {q(c.name)} {kind} AFTER {q(last)}")
             last = c.name
-        for c in evolution.widened:  # the same type again is a no-op (a re-run batch)
-            if c.name in self.masked:
-                continue  # its hash is a string whatever the source type
-            spark.sql(f"ALTER TABLE {self.target_ref} ALTER COLUMN {q(c.name)} TYPE {c.spark_type}")
+        # The same type again is a no-op (a re-run batch); a masked column's hash is a
+        # string whatever the source type.
+        table.widen({c.name: c.spark_type for c in evolution.widened if c.name not in self.masked})
         table.refresh()
-        table.updateProperties().set(PROP_COLUMNS, json.dumps([c.to_json() for c in evolution.columns])).commit()
+        table.set_properties({PROP_COLUMNS: json.dumps([c.to_json() for c in evolution.columns])})
         self.columns = evolution.columns
         log(f"schema evolved: added {[c.name for c in missing]}, widened "
             f"{[f'{c.name} to {c.spark_type}' for c in evolution.widened]}", table=self.name, event="schema-evolved",
@@ -247,8 +251,9 @@ class TableApplier:
             # the planned end so the table's offsets keep up with the checkpoint's.
             ahead = {p: o for p, o in planned_end.items() if o > committed.get(p, 0)}
             if ahead:
-                iceberg_spark.commit_summary_only(table, commits.summary_properties(
-                    self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary, self.topic_id))
+                table.commit_summary_only(commits.summary_properties(
+                    self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary, self.topic_id),
+                    self._txn(batch_id))
             return
         if any(s.errors for s in stats):
             with self.timer.step("dead letters"):
@@ -269,8 +274,8 @@ class TableApplier:
             with self.timer.step("truncate"):
                 at_ms = max((s.truncate_ms for s in stats if s.truncate_ms is not None), default=None)
                 spark.sql(truncate_sql(self.target_ref, truncated, self.mode, at_ms))
-            if truncated > (iceberg_spark.properties(table).get(TRUNCATED_AT) or ""):  # a replay never lowers it
-                table.updateProperties().set(TRUNCATED_AT, truncated).commit()
+            if truncated > (table.properties().get(TRUNCATED_AT) or ""):  # a replay never lowers it
+                table.set_properties({TRUNCATED_AT: truncated})
             events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
@@ -279,7 +284,7 @@ class TableApplier:
         events = events.where(~F.col("_op").isin("t", NON_DATA))
         remembered = spark.sql(remembered_deletes_sql(self.deletes_ref, self.key))
         if self.mode == "history":  # every change is a version: no last change per key
-            floor = iceberg_spark.properties(table).get(TRUNCATED_AT)
+            floor = table.properties().get(TRUNCATED_AT)
             changes = self._remembered(events.where(F.col("_position") > floor) if floor else events, remembered)
             stored = stored_versions(spark.sql(f"SELECT * FROM {self.target_ref}"),
                                      events.select(*[q(k) for k in self.key]).distinct(), self.key, toast)
@@ -292,13 +297,13 @@ class TableApplier:
             changes = changes.persist()
         changes.createOrReplaceTempView(view)
         try:
-            before = self._commit(spark, table, view, deletes, props, toast)
+            before = self._commit(spark, table, view, deletes, props, toast, batch_id)
         finally:
             if deletes:
                 changes.unpersist()
         table.refresh()
-        if iceberg_spark.current_snapshot_id(table) == before:
-            iceberg_spark.commit_summary_only(table, props)
+        if table.version() == before:
+            table.commit_summary_only(props, self._txn(batch_id))
         crash_point("after-commit")
         records = sum(s.records for s in stats)
         metrics.batch_applied(self.name, records, sum(s.errors for s in stats), self.timer.elapsed(), self.timer.steps)
@@ -312,28 +317,32 @@ class TableApplier:
         return changes.join(remembered, on=reduce(lambda a, b: a & b, on), how="left").drop(
             *[f"_deleted_{i}" for i in range(len(self.key))])
 
-    def _commit(self, spark, table, view: str, deletes: bool, props: dict, toast: tuple[str, ...]):
+    def _txn(self, batch_id: int) -> tuple[str, int]:
+        """The batch's identity for Delta's idempotent writes: the streaming query's id (kept
+        in its checkpoint; a new checkpoint numbers batches from 0 again) and the batch id."""
+        query = None
+        if self.checkpoint is not None and (self.checkpoint / "metadata").is_file():
+            query = json.loads((self.checkpoint / "metadata").read_text().splitlines()[0]).get("id")
+        return f"cdc:{self.name}:{query or self.job}", batch_id
+
+    def _commit(self, spark, table, view: str, deletes: bool, props: dict, toast: tuple[str, ...], batch_id: int):
         """The delete memory's insert, then the target's one commit (a MERGE, or an append
-        into an empty target) with the batch's offsets; returns the snapshot id before it."""
+        into an empty target) stamped with the batch's offsets and identity; returns the
+        table's version before it."""
         if deletes:  # before the target's commit: a crash in between re-runs both
             with self.timer.step("delete memory"):
                 run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)),
                                           table=self.name)
         table.refresh()
-        before = iceberg_spark.current_snapshot_id(table)
-        for k, v in props.items():
-            spark.conf.set(SNAPSHOT_PROPERTY + k, v)
-        names, floor = tuple(c.name for c in self.columns), iceberg_spark.properties(table).get(TRUNCATED_AT)
+        before = table.version()
+        names, floor = tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT)
         if self.mode == "history":
             statement = history_merge_sql(self.target_ref, view, self.key, names)
-        elif iceberg_spark.holds_no_rows(table):  # a first load (a snapshot's `r` events): a bulk append
+        elif table.holds_no_rows():  # a first load (a snapshot's `r` events): a bulk append
             statement = append_sql(self.target_ref, view, names, floor, self.mode)
         else:
             statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast, mode=self.mode)
-        try:
-            with self.timer.step("merge" if "MERGE" in statement[:5] else "append"):
-                run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
-        finally:
-            for k in props:
-                spark.conf.unset(SNAPSHOT_PROPERTY + k)
+        with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), \
+                table.stamped(props, self._txn(batch_id)):
+            run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
         return before

@@ -111,6 +111,10 @@ def maintain(settings, tables) -> list[dict]:
     catalog = load_catalog(settings)
     out, failed = [], []
     for reg in tables:
+        if reg.sink != "iceberg":
+            log(f"skipped: maintenance covers Iceberg targets; this one is a {reg.sink} table", table=reg.name,
+                event="maintenance-skipped", stream=sys.stdout)
+            continue
         for ident in (reg.target, reg.target + DELETES_SUFFIX, reg.target + DEAD_LETTERS):
             try:
                 catalog.load_table(ident)

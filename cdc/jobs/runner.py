@@ -22,15 +22,13 @@ from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError, DependencyError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
-from cdc.planning.dead_letters import dead_letters_ref
-from cdc.planning.merge import deletes_ref, table_ref
 from cdc.register.connector import topic_for
 from cdc.register.topics import existing_topics, topic_id, watermarks
 from cdc.report import metrics
 from cdc.report.log import log
-from cdc.sinks import iceberg_spark
 from cdc.planning.protect import mask_key
 from cdc.sinks.iceberg import check_protection, table_columns
+from cdc.sinks.targets import open_table, shown_name, target_refs
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class Target:
     """A registered table's target as a job sees it."""
 
     ref: str
-    table: object  # org.apache.iceberg.Table
+    table: object  # sinks/targets.py: IcebergTarget or DeltaTarget
     columns: tuple
     key: tuple[str, ...]
     topic: str
@@ -48,13 +46,13 @@ class Target:
 
 
 def load_target(spark, settings: Settings, reg: TableRegistration):
-    """The reference and the Iceberg table of a registered table's target."""
-    ref = table_ref(settings.catalog.name, reg.target)
+    """The reference and the table (sinks/targets.py) of a registered table's target."""
+    ref = target_refs(settings, reg)[0]
     try:
-        return ref, iceberg_spark.load_table(spark, ref)
+        return ref, open_table(spark, ref)
     except Exception as e:  # noqa: BLE001 - py4j wraps NoSuchTableException
         if any(m in str(e) for m in ("NoSuchTable", "TABLE_OR_VIEW_NOT_FOUND")) or "not found" in str(e).lower():
-            raise ApplyError(f"target {settings.catalog.name}.{reg.target} of table {reg.name} does not exist",
+            raise ApplyError(f"target {shown_name(settings, reg)} of table {reg.name} does not exist",
                              hint=f"run `cdc register --table {reg.name}` first") from None
         raise
 
@@ -63,17 +61,18 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     """The target, its decoding properties and committed offsets, checked against Kafka:
     a missing topic, a retention gap or a recreated topic stops here."""
     ref, table = load_target(spark, settings, reg)
-    properties = iceberg_spark.properties(table)
+    properties = table.properties()
     columns, key, topic = table_columns(properties)
     check_protection(reg, properties)
     boot = check_not_running(reg.name, properties)
     if topic not in existing_topics(settings.kafka_bootstrap):
         raise ApplyError(f"Kafka topic {topic} of table {reg.name} does not exist",
                          hint=f"run `cdc register --table {reg.name}` (it creates the topic and the connector)")
-    summary = iceberg_spark.last_committed_summary(table)
-    if summary is None and iceberg_spark.current_snapshot_id(table) is not None:
-        raise ApplyError(f"target {ref} of table {reg.name} has snapshots but none in its history records cdc "
-                         f"offsets (expired, or written by another tool), so the job cannot tell where to resume",
+    summary = table.last_committed_summary()
+    if summary is None and table.written():
+        raise ApplyError(f"target {shown_name(settings, reg)} of table {reg.name} has commits but none in its "
+                         f"history records cdc offsets (expired, or written by another tool), so the job cannot "
+                         f"tell where to resume",
                          hint=f"re-apply the topic: `cdc replay --table {reg.name} --from-earliest`")
     committed = commits.parse_offsets(summary).get(topic, {})
     current_id = topic_id(settings.kafka_bootstrap, topic)
@@ -108,11 +107,11 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               .option("minPartitions", str(spark.sparkContext.defaultParallelism))
               .options(**batch_sizing(reg.options, available_now))
               .options(**start))
+    _, deletes, dead_letters = target_refs(settings, reg)
     applier = applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
                            job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
                            topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
-                           dead_letters_ref=dead_letters_ref(settings.catalog.name, reg.target),
-                           deletes_ref=deletes_ref(settings.catalog.name, reg.target),
+                           dead_letters_ref=dead_letters, deletes_ref=deletes,
                            delete_horizon_hours=reg.options.delete_horizon_hours,
                            source_kind=settings.sources[reg.source.name].kind,
                            registry=registry_of(settings, reg),

@@ -45,9 +45,15 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
         "spark.master": s.master,
         "spark.driver.memory": s.driver_memory,
         **({} if "spark.jars" in given else {"spark.jars": ",".join(spark_jars(settings))}),
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        # Iceberg's and Delta Lake's SQL (MERGE, CALL, OPTIMIZE ...); Delta tables by path
+        # (`delta.<path>`) through Delta's session catalog, Iceberg's under the catalog's name.
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
+                                "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
+        # Partitions of a Delta table's log state when Spark rebuilds it (Delta's default: 50).
+        "spark.databricks.delta.snapshotPartitions": str(s.shuffle_partitions),
         "spark.scheduler.mode": "FAIR",  # each table's query has a pool of its own (jobs/runner.py)
         # A field that does not parse must not become a silent null (decoding/spark_decode.py).
         "spark.sql.json.enablePartialResults": "false",

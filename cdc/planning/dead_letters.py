@@ -25,10 +25,10 @@ def dead_letters_ref(catalog: str, target: str) -> str:
     return table_ref(catalog, target + SUFFIX)
 
 
-def table_sql(ref: str) -> str:
+def table_sql(ref: str, clause: str) -> str:
+    """The dead-letter table's CREATE TABLE; `clause` gives its format (USING ... TBLPROPERTIES ...)."""
     cols = ", ".join(f"{q(n)} {t}" for n, t in COLUMNS)
-    return (f"CREATE TABLE IF NOT EXISTS {ref} ({cols}) USING iceberg "
-            f"TBLPROPERTIES ('format-version' = '2', 'write.merge.mode' = 'merge-on-read')")
+    return f"CREATE TABLE IF NOT EXISTS {ref} ({cols}) {clause}"
 
 
 def record_sql(ref: str, view: str) -> str:

@@ -125,11 +125,10 @@ def forget_deletes_sql(deletes: str, horizon_hours: int) -> str:
             f"current_timestamp() - make_dt_interval(0, {int(horizon_hours)}, 0, 0)")
 
 
-def deletes_table_sql(deletes: str, key_types: list[tuple[str, str]]) -> str:
+def deletes_table_sql(deletes: str, key_types: list[tuple[str, str]], clause: str) -> str:
+    """The delete memory's CREATE TABLE; `clause` gives its format (USING ... TBLPROPERTIES ...)."""
     cols = ", ".join(f"{q(k)} {t} NOT NULL" for k, t in key_types)
-    return (f"CREATE TABLE IF NOT EXISTS {deletes} ({cols}, _cdc_position STRING, _cdc_source_ts TIMESTAMP) "
-            f"USING iceberg TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read', "
-            f"'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')")
+    return f"CREATE TABLE IF NOT EXISTS {deletes} ({cols}, _cdc_position STRING, _cdc_source_ts TIMESTAMP) {clause}"
 
 
 def check_position(position: str) -> str:

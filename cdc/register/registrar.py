@@ -1,6 +1,6 @@
 """`cdc register`: for each source, one Debezium connector covering all its registered
-tables; for each table, its Iceberg target (created from the source's columns) and its
-Kafka topic. A table added to a connector whose initial snapshot is done gets an
+tables; for each table, its target (an Iceberg or a Delta table, created from the
+source's columns) and its Kafka topic. A table added to a connector whose initial snapshot is done gets an
 incremental snapshot through Debezium's signal table."""
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.register.connector import (ConnectClient, connector_config, connector_name, secret_file_ref, topic_for,
                                     write_secret)
 from cdc.register.topics import ensure_topics, existing_topics
+from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
-from cdc.sinks.iceberg import ensure_table, mark_snapshotted, snapshot_pending
+from cdc.sinks.targets import shown_name
 from cdc.sources import module_of, password
 
 
@@ -27,9 +28,13 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         kind = module_of(settings, reg.source.name)
         with kind.connect(settings, reg.source.name) as conn:
             src = kind.describe_table(conn, reg)
-        created = ensure_table(catalog, reg, src.columns, src.key, topic_for(reg.source.name, reg), dry_run=dry_run)
+        topic = topic_for(reg.source.name, reg)
+        if reg.sink == "delta":
+            created = delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run)
+        else:
+            created = iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run)
         done = ("would be created" if dry_run else "created") if created else "exists"
-        print(f"{reg.name}: target {settings.catalog.name}.{reg.target} {done}, key {', '.join(src.key)}"
+        print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
               + (f", {len(src.columns)} columns" if created else ""))
 
     # A connector's include list covers every registration of its source, not only the
@@ -100,7 +105,8 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
         if not wait_snapshot:
             return
         client.wait_streaming(name)
-        pending = snapshot_pending(catalog, tables)
+        pending = (iceberg.snapshot_pending(catalog, [t for t in tables if t.sink == "iceberg"])
+                   + delta.snapshot_pending(settings, [t for t in tables if t.sink == "delta"]))
         if pending and previous is not None:
             # The connector's initial snapshot is behind it: fill these tables incrementally.
             names = sorted(f"{t.source.schema_}.{t.source.table}" for t in pending)
@@ -109,5 +115,9 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             client.wait_captured(name, marker)
             client.wait_incremental_snapshot(name)
         for t in pending:
-            mark_snapshotted(catalog, t, "incremental" if previous is not None else "initial")
+            how = "incremental" if previous is not None else "initial"
+            if t.sink == "delta":
+                delta.mark_snapshotted(settings, t, how)
+            else:
+                iceberg.mark_snapshotted(catalog, t, how)
     print(f"connector {name}: running, capturing {len(tables)} table(s)")

@@ -16,13 +16,15 @@ from cdc.sources import module_of
 
 
 def add(settings: Settings, schema: str, table: str, source: str | None = None, name: str | None = None,
-        key: tuple[str, ...] | None = None) -> Path:
+        key: tuple[str, ...] | None = None, sink: str = "iceberg") -> Path:
     """Introspect the source table and write `<tables_dir>/<name>.yaml`; returns its path.
     A table without a primary key needs `key`; an existing registration is never overwritten."""
     name = name or f"{schema}.{table}"
     tables_dir = settings.path(settings.tables_dir)
     path = tables_dir / f"{name}.yaml"
     body = {"name": name, "source": {**({"name": source} if source else {}), "schema": schema, "table": table}}
+    if sink != "iceberg":
+        body["sink"] = sink
     try:
         reg = TableRegistration(**body, key=key)
     except ValidationError as e:
@@ -47,27 +49,33 @@ def listing(settings: Settings) -> list[dict]:
     has created its target, then `registered`), and its job's state."""
     from pyiceberg.exceptions import NoSuchTableError
 
+    from cdc.sinks import delta
     from cdc.sinks.catalog import load_catalog
+    from cdc.sinks.targets import shown_name
 
     catalog = load_catalog(settings)
     out = []
     for reg in load_tables(settings):
-        try:
-            catalog.load_table(reg.target)
-            state = "registered"
-        except NoSuchTableError:
-            state = "new"
+        if reg.sink == "delta":
+            state = "new" if delta.open_table(delta.location(settings, reg.target)) is None else "registered"
+        else:
+            try:
+                catalog.load_table(reg.target)
+                state = "registered"
+            except NoSuchTableError:
+                state = "new"
         out.append({"name": reg.name, "source": reg.source.name,
                     "source_table": f"{reg.source.schema_}.{reg.source.table}",
-                    "key": list(reg.key) if reg.key else None, "sink": "iceberg", "mode": reg.mode,
-                    "target": f"{settings.catalog.name}.{reg.target}", "state": state,
+                    "key": list(reg.key) if reg.key else None, "sink": reg.sink, "mode": reg.mode,
+                    "target": shown_name(settings, reg), "state": state,
                     "job": jobstate.read(settings.state_dir, reg.name)["state"], "file": str(reg.file)})
     return out
 
 
 def format_listing(rows: list[dict]) -> str:
-    lines = [f"{'table':28} {'state':11} {'job':10} {'source':34} key"]
+    lines = [f"{'table':28} {'sink':8} {'state':11} {'job':10} {'source':34} key"]
     for r in rows:
-        lines.append(f"{r['name']:28} {r['state']:11} {r['job']:10} {r['source'] + ':' + r['source_table']:34} "
+        lines.append(f"{r['name']:28} {r['sink']:8} {r['state']:11} {r['job']:10} "
+                     f"{r['source'] + ':' + r['source_table']:34} "
                      f"{', '.join(r['key']) if r['key'] else '(primary key)'}")
     return "\n".join(lines if rows else lines + ["(no registered tables: cdc tables add --schema S --table T)"])

@@ -20,6 +20,7 @@ from cdc.report import history
 from cdc.report.log import log
 from cdc.report.deep import differences
 from cdc.report.status import table_status
+from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import live_rows_filter
 from cdc.sources import module_of, postgres
@@ -55,7 +56,14 @@ def _source_count(settings: Settings, reg: TableRegistration, deep: bool):
     yield rows, position, shown, marker, None
 
 
-def _target_count(catalog, reg: TableRegistration, snapshot_id: int | None) -> int | None:
+def _target_count(settings: Settings, catalog, reg: TableRegistration, snapshot_id: int | None) -> int | None:
+    """The target's live rows at the snapshot (Delta: version) the status read."""
+    if reg.sink == "delta":
+        table = delta.open_table(delta.location(settings, reg.target))
+        if table is None:
+            return None
+        table.load_as_version(snapshot_id)
+        return delta.live_rows(table, reg.mode)
     try:
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
@@ -76,7 +84,7 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
             # The marker first: once it is captured, the lag read next covers every change counted.
             captured = marker.captured_by(client.offsets(connector_name(reg.source.name)))
             status = table_status(settings, catalog, reg)
-            target_rows = _target_count(catalog, reg, status.get("snapshot_id"))
+            target_rows = _target_count(settings, catalog, reg, status.get("snapshot_id"))
             caught_up = captured and status.get("registered", False) and status["lag"] == 0
             if (target_rows == source_rows and deep is None) or caught_up or clock() >= deadline:
                 break
@@ -138,7 +146,6 @@ def _deep_compare(settings: Settings, limit: int):
     from cdc.jobs.runner import load_target
     from cdc.jobs.session import get_session
     from cdc.report import deep
-    from cdc.sinks import iceberg_spark
     from cdc.planning.protect import mask_columns, mask_key
     from cdc.sinks.iceberg import LIVE_ROWS, table_columns
 
@@ -146,7 +153,7 @@ def _deep_compare(settings: Settings, limit: int):
 
     def compare(reg: TableRegistration, snapshot, target_snapshot_id: int | None) -> dict:
         ref, table = load_target(spark, settings, reg)
-        columns, key, _ = table_columns(iceberg_spark.properties(table))
+        columns, key, _ = table_columns(table.properties())
         with postgres.connect(settings, reg.source.name) as conn:  # columns dropped at the source stay in the target
             present = {c.name for c in postgres.describe_table(conn, reg).columns}
         # Masked columns are compared as their hashes: they never leave the source in clear.

@@ -1,6 +1,7 @@
 """`cdc status`: per table, Kafka end offsets against the offsets committed in the
-target's snapshot history (lag), the committed source position and commit time, the last
-snapshot, dead letters and the job state. Reads metadata only (pyiceberg, Kafka)."""
+target's history (lag), the committed source position and commit time, the last
+snapshot (Delta: version), dead letters and the job state. Reads metadata only (pyiceberg
+or delta-rs, Kafka)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,8 +13,11 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.planning import dead_letters
 from cdc.register.topics import watermarks
+from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import PROP_TOPIC
+from cdc.sinks.targets import shown_name
+
 
 def last_committed(table) -> dict | None:
     """The newest summary with cdc offsets in the current snapshot's ancestry."""
@@ -30,33 +34,55 @@ def _iso_ms(ms) -> str | None:
     return dt.datetime.fromtimestamp(int(ms) / 1000, dt.timezone.utc).isoformat() if ms is not None else None
 
 
-def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
-    out = {"name": reg.name, "sink": "iceberg", "target": f"{settings.catalog.name}.{reg.target}",
-           "mode": reg.mode, "location": None, "job": jobstate.read(settings.state_dir, reg.name)}
+def _iceberg(catalog, reg: TableRegistration) -> dict | None:
+    """What status reads of an Iceberg target (None: there is none)."""
     try:
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
-        return {**out, "registered": False}
-    topic = table.properties.get(PROP_TOPIC)
-    summary = last_committed(table) or {}
-    committed = commits.parse_offsets(summary).get(topic, {})
-    ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()} if topic else {}
+        return None
     snap = table.current_snapshot()
     try:
         dead = catalog.load_table(reg.target + dead_letters.SUFFIX).scan().count()
     except NoSuchTableError:
         dead = 0
+    return {"properties": table.properties, "summary": last_committed(table), "location": table.metadata.location,
+            "snapshot_id": snap.snapshot_id if snap else None, "snapshot_ms": snap.timestamp_ms if snap else None,
+            "dead_letters": dead}
+
+
+def _delta(settings: Settings, reg: TableRegistration) -> dict | None:
+    """The same of a Delta target: its version stands for the snapshot."""
+    table = delta.open_table(delta.location(settings, reg.target))
+    if table is None:
+        return None
+    letters = delta.open_table(delta.location(settings, reg.target, dead_letters.SUFFIX))
+    newest = table.history(1)[0]
+    return {"properties": delta.properties(table), "summary": delta.last_committed(table),
+            "location": table.table_uri, "snapshot_id": table.version(), "snapshot_ms": newest.get("timestamp"),
+            "dead_letters": delta.live_rows(letters, "upsert") if letters is not None else 0}
+
+
+def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
+    out = {"name": reg.name, "sink": reg.sink, "target": shown_name(settings, reg),
+           "mode": reg.mode, "location": None, "job": jobstate.read(settings.state_dir, reg.name)}
+    found = _delta(settings, reg) if reg.sink == "delta" else _iceberg(catalog, reg)
+    if found is None:
+        return {**out, "registered": False}
+    topic = found["properties"].get(PROP_TOPIC)
+    summary = found["summary"] or {}
+    committed = commits.parse_offsets(summary).get(topic, {})
+    ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()} if topic else {}
     return {
-        **out, "registered": True, "location": table.metadata.location, "topic": topic,
+        **out, "registered": True, "location": found["location"], "topic": topic,
         "kafka_end_offsets": {str(p): o for p, o in sorted(ends.items())},
         "committed_offsets": {str(p): o for p, o in sorted(committed.items())},
         "lag": sum(max(0, o - committed.get(p, 0)) for p, o in ends.items()),
         "position": summary.get(commits.POSITION),
         "source_commit_time": _iso_ms(summary.get(commits.SOURCE_TS)),
-        "snapshot_id": snap.snapshot_id if snap else None,
-        "snapshot_time": _iso_ms(snap.timestamp_ms) if snap else None,
-        "dead_letters": dead,
-        "bootstrap": _bootstrap(table.properties),
+        "snapshot_id": found["snapshot_id"],
+        "snapshot_time": _iso_ms(found["snapshot_ms"]),
+        "dead_letters": found["dead_letters"],
+        "bootstrap": _bootstrap(found["properties"]),
     }
 
 

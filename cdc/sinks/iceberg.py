@@ -127,6 +127,15 @@ def partition_spec(schema: Schema, key: tuple[str, ...], buckets: int) -> Partit
                                         transform=BucketTransform(buckets), name=f"{key[0]}_bucket"))
 
 
+def target_properties(reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
+                      topic: str) -> tuple[tuple[Column, ...], dict[str, str]]:
+    """The target's columns (masked and excluded ones applied) and the properties that tell
+    a job how to decode its topic."""
+    columns = protected_columns(reg, columns, key)
+    return columns, {PROP_COLUMNS: json.dumps([c.to_json() for c in columns]), PROP_KEY: json.dumps(list(key)),
+                     PROP_TOPIC: topic}
+
+
 def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
                  topic: str, dry_run: bool = False) -> bool:
     """Create the target if it is missing. True when created (with `dry_run`: when it would
@@ -135,9 +144,7 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
         table = None
-    columns = protected_columns(reg, columns, key)
-    props = {PROP_COLUMNS: json.dumps([c.to_json() for c in columns]), PROP_KEY: json.dumps(list(key)),
-             PROP_TOPIC: topic}
+    columns, props = target_properties(reg, columns, key, topic)
     if table is not None:
         existing = json.loads(table.properties.get(PROP_KEY, "null"))
         if existing != list(key):

@@ -1,9 +1,11 @@
 """MERGE semantics on a temp warehouse: batches of Debezium records through the real
-apply step, the result read back with pyiceberg."""
+apply step into an Iceberg table (read back with pyiceberg) or a Delta table (read back
+with delta-rs): the suite runs against both sinks."""
 from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -11,10 +13,11 @@ from cdc.config.models import TableRegistration
 from cdc.control.commits import parse_offsets
 from cdc.errors import ApplyError
 from cdc.jobs.apply import TableApplier
-from cdc.planning.dead_letters import dead_letters_ref
-from cdc.planning.merge import deletes_ref, table_ref
+from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS, dead_letters_ref
+from cdc.planning.merge import DELETES_SUFFIX, deletes_ref, table_ref
 from cdc.planning.position import source_part
-from cdc.sinks.iceberg import ensure_table
+from cdc.sinks import delta
+from cdc.sinks.iceberg import ensure_table, target_properties
 from cdc.sources.types import Column
 from tests.events import Topic
 
@@ -25,17 +28,28 @@ COLUMNS = (Column("id", "int", nullable=False), Column("v", "string"), Column("n
 
 
 class Harness:
-    def __init__(self, spark, catalog, name, horizon_hours=168, on_error="dlq", mask_key=None, **registration):
-        self.spark, self.catalog = spark, catalog
+    """A target of the scratch catalog (`sink="iceberg"`), or a Delta table under `delta_root`."""
+
+    def __init__(self, spark, catalog, name, horizon_hours=168, on_error="dlq", mask_key=None, sink="iceberg",
+                 delta_root=None, **registration):
+        self.spark, self.catalog, self.sink = spark, catalog, sink
         reg = TableRegistration(name=f"ns.{name}", source={"name": "src", "schema": "public", "table": name},
-                                **registration)
+                                sink=sink, **registration)
         self.topic = Topic(name=f"src.public.{name}")
-        ensure_table(catalog, reg, COLUMNS, ("id",), self.topic.name)
+        if sink == "delta":
+            self.path = delta_root / name
+            refs = [delta.ref(delta_root / (name + suffix)) for suffix in ("", DELETES_SUFFIX, DEAD_LETTERS)]
+            columns, props = target_properties(reg, COLUMNS, ("id",), self.topic.name)
+            spark.sql(delta.create_sql(refs[0], columns, reg.mode, reg.mask, props))
+        else:
+            ensure_table(catalog, reg, COLUMNS, ("id",), self.topic.name)
+            refs = [table_ref("scratch", reg.target), deletes_ref("scratch", reg.target),
+                    dead_letters_ref("scratch", reg.target)]
         columns = tuple(c for c in COLUMNS if c.name not in reg.exclude)
-        self.applier = TableApplier(reg.name, table_ref("scratch", reg.target), self.topic.name, columns, ("id",),
-                                    job="test", deletes_ref=deletes_ref("scratch", reg.target),
+        self.applier = TableApplier(reg.name, refs[0], self.topic.name, columns, ("id",),
+                                    job="test", deletes_ref=refs[1],
                                     delete_horizon_hours=horizon_hours, on_error=on_error,
-                                    dead_letters_ref=dead_letters_ref("scratch", reg.target), mode=reg.mode,
+                                    dead_letters_ref=refs[2], mode=reg.mode,
                                     excluded=reg.exclude, masked=reg.mask, mask_key=mask_key).prepare(spark)
         self.ident = reg.target
         self.batch_id = 0
@@ -46,21 +60,54 @@ class Harness:
         self.batch_id += 1
         return records
 
+    def _read(self, suffix: str = "") -> list[dict]:
+        """Every row of the target (or the table beside it with `suffix`), by the second reader."""
+        if self.sink == "delta":
+            from deltalake import DeltaTable, QueryBuilder
+
+            table = DeltaTable(f"{self.path}{suffix}")
+            return pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()).to_pylist()
+        return self.catalog.load_table(self.ident + suffix).scan().to_arrow().to_pylist()
+
     def rows(self):
-        t = self.catalog.load_table(self.ident)
-        return {r["id"]: r for r in t.scan().to_arrow().to_pylist()}
+        return {r["id"]: r for r in self._read()}
 
     def values(self):
         return {k: r["v"] for k, r in self.rows().items()}
 
-    def snapshots(self):
-        return self.catalog.load_table(self.ident).snapshots()
+    def dead_letters(self) -> list[dict]:
+        return self._read(DEAD_LETTERS)
+
+    def summaries(self) -> list[dict]:
+        """The cdc keys of each commit, oldest first (Iceberg: snapshot summaries; Delta: userMetadata)."""
+        if self.sink == "delta":
+            from deltalake import DeltaTable
+
+            return [json.loads(c["userMetadata"]) if c.get("userMetadata") else {}
+                    for c in reversed(DeltaTable(str(self.path)).history())]
+        return [s.summary.additional_properties for s in self.catalog.load_table(self.ident).snapshots()]
+
+    def last_operation(self) -> str:
+        """The newest commit's operation: append, or what a MERGE is in the format."""
+        if self.sink == "delta":
+            from deltalake import DeltaTable
+
+            operation = DeltaTable(str(self.path)).history(1)[0]["operation"]
+            return {"WRITE": "append"}.get(operation, operation.lower())
+        return self.catalog.load_table(self.ident).snapshots()[-1].summary.operation.value
+
+    def compact_sql(self) -> str:
+        """A compaction of every file, by another writer."""
+        if self.sink == "delta":
+            return f"OPTIMIZE {self.applier.target_ref}"
+        return (f"CALL scratch.system.rewrite_data_files(table => '{self.ident}', "
+                f"options => map('rewrite-all', 'true', 'min-input-files', '1'))")
 
 
-@pytest.fixture
-def h(scratch, table_name):
+@pytest.fixture(params=["iceberg", "delta"])
+def h(request, scratch, table_name, tmp_path):
     spark, catalog = scratch
-    return Harness(spark, catalog, table_name)
+    return Harness(spark, catalog, table_name, sink=request.param, delta_root=tmp_path)
 
 
 def test_last_event_per_key_wins_and_metadata_is_stored(h):
@@ -131,9 +178,9 @@ def test_reapplying_a_batch_changes_nothing(h):
     h.topic.change("c", {"id": 2, "v": "b", "n": 1}, 100, 120)
     h.topic.change("d", {"id": 2, "v": "b", "n": 1}, 200, 210)
     batch = h.apply()
-    before = (h.rows(), len(h.snapshots()))
-    h.apply(batch)  # the table's history holds these offsets: skipped, no new snapshot
-    assert (h.rows(), len(h.snapshots())) == before
+    before = (h.rows(), len(h.summaries()))
+    h.apply(batch)  # the table's history holds these offsets: skipped, no new commit
+    assert (h.rows(), len(h.summaries())) == before
     # The same changes redelivered at new offsets (a connector restart): the data stays as
     # it is and the deleted key stays deleted; only the Kafka tie-break of the position moves.
     redelivered = [(k, v, t, p, o + 100) for k, v, t, p, o in batch]
@@ -183,7 +230,7 @@ def test_snapshot_summary_carries_offsets_and_batch_id(h):
     for i in range(5):
         h.topic.change("c", {"id": i, "v": str(i), "n": i}, 100, 110 + i)
     h.apply()
-    summary = h.snapshots()[-1].summary.additional_properties
+    summary = h.summaries()[-1]
     assert parse_offsets(summary) == {h.topic.name: {0: 5}}
     assert summary["cdc.batch-id"] == "0"
     assert summary["cdc.position"].startswith(f"{100:016x}{114:016x}")
@@ -194,24 +241,23 @@ def test_first_load_is_a_bulk_append_and_a_restarted_snapshot_adds_no_duplicates
         h.topic.change("r", {"id": i, "v": f"snap{i}", "n": i}, None, 100)
     h.topic.change("d", {"id": 4, "v": "snap4", "n": 4}, 150, 160)
     h.apply()
-    first = h.snapshots()[-1]
-    assert first.summary.operation.value == "append"  # no MERGE into an empty target
-    assert parse_offsets(first.summary.additional_properties) == {h.topic.name: {0: 6}}
+    assert h.last_operation() == "append"  # no MERGE into an empty target
+    assert parse_offsets(h.summaries()[-1]) == {h.topic.name: {0: 6}}
     assert h.values() == {i: f"snap{i}" for i in range(4)}
     h.topic.change("u", {"id": 2, "v": "streamed", "n": 2}, 200, 210)
     for i in range(5):  # the snapshot restarted from scratch after a crash: every row again
         h.topic.change("r", {"id": i, "v": f"snap{i}", "n": i}, None, 300)
     h.apply()
-    assert h.snapshots()[-1].summary.operation.value != "append"
-    rows = h.catalog.load_table(h.ident).scan().to_arrow()
-    assert rows.num_rows == len(set(rows.column("id").to_pylist())) == 4  # no duplicates; 4 stays deleted
+    assert h.last_operation() != "append"
+    ids = [r["id"] for r in h._read()]
+    assert len(ids) == len(set(ids)) == 4  # no duplicates; 4 stays deleted
     assert h.values() == {0: "snap0", 1: "snap1", 2: "streamed", 3: "snap3"}  # a read never beats a change
 
 
 def test_batch_of_noops_still_records_its_offsets(h):
     h.topic.tombstone({"id": 42})
     h.apply()
-    assert parse_offsets(h.snapshots()[-1].summary.additional_properties) == {h.topic.name: {0: 1}}
+    assert parse_offsets(h.summaries()[-1]) == {h.topic.name: {0: 1}}
 
 
 def test_truncate_keeps_only_later_rows(h):
@@ -224,20 +270,20 @@ def test_truncate_keeps_only_later_rows(h):
     assert h.values() == {3: "after truncate"}
 
 
-@pytest.fixture
-def strict(scratch, table_name):
+@pytest.fixture(params=["iceberg", "delta"])
+def strict(request, scratch, table_name, tmp_path):
     spark, catalog = scratch
-    return Harness(spark, catalog, table_name, on_error="fail")
+    return Harness(spark, catalog, table_name, on_error="fail", sink=request.param, delta_root=tmp_path)
 
 
 def test_bad_record_fails_the_batch_and_commits_nothing(strict):
     h = strict
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.topic.raw(json.dumps({"schema": {}, "payload": {"id": 2}}).encode(), b"\x00not json")
-    snaps = len(h.snapshots())
+    commits = len(h.summaries())
     with pytest.raises(ApplyError, match=r"(?s)partition 0 offset 1: value is not a Debezium JSON envelope.*on_error: dlq"):
         h.apply()
-    assert len(h.snapshots()) == snaps and h.values() == {}
+    assert len(h.summaries()) == commits and h.values() == {}
 
 
 def test_unknown_op_fails_the_batch(strict):
@@ -250,7 +296,8 @@ def test_unknown_op_fails_the_batch(strict):
 
 def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
     """Batches apply while another writer compacts the table again and again; Iceberg
-    retries or our conflict retry recomputes; every change lands exactly once."""
+    retries or our conflict retry recomputes (Delta: its concurrent-modification errors);
+    every change lands exactly once."""
     import threading
 
     for i in range(40):
@@ -262,10 +309,9 @@ def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
     def compact():
         while not stop.wait(2):  # compacts every two seconds, far more often than maintenance would
             try:
-                h.spark.sql(f"CALL scratch.system.rewrite_data_files(table => '{h.ident}', "
-                            f"options => map('rewrite-all', 'true', 'min-input-files', '1'))").collect()
+                h.spark.sql(h.compact_sql()).collect()
             except Exception as e:  # noqa: BLE001 - a compaction losing the race is fine
-                if "ValidationException" not in str(e) and "CommitFailed" not in str(e):
+                if not any(m in str(e) for m in ("ValidationException", "CommitFailed", "Concurrent")):
                     errors.append(e)
     t = threading.Thread(target=compact, daemon=True)
     t.start()
@@ -280,8 +326,7 @@ def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
     assert not errors, errors[0]
     assert h.values() == {i: "6" for i in range(40)}
     topic = h.topic.name
-    offsets = [parse_offsets(s.summary.additional_properties)[topic][0] for s in h.snapshots()
-               if topic in parse_offsets(s.summary.additional_properties)]
+    offsets = [parse_offsets(s)[topic][0] for s in h.summaries() if topic in parse_offsets(s)]
     assert offsets == sorted(offsets) and offsets[-1] == 280
 
 
@@ -325,8 +370,8 @@ def test_bad_records_go_to_the_dead_letter_table_and_the_rest_applies(h):
     h.topic.change("c", {"id": 5, "v": "c", "n": 3}, 160, 170)
     records = h.apply()
     assert h.values() == {1: "b", 5: "c"}
-    assert parse_offsets(h.snapshots()[-1].summary.additional_properties) == {h.topic.name: {0: 6}}
-    dead = h.catalog.load_table(h.ident + "__cdc_dead_letters").scan().to_arrow().to_pylist()
+    assert parse_offsets(h.summaries()[-1]) == {h.topic.name: {0: 6}}
+    dead = h.dead_letters()
     assert [(d["offset"], d["error_class"]) for d in sorted(dead, key=lambda d: d["offset"])] == [
         (1, "not-an-envelope"), (2, "no-after-row"), (3, "value-does-not-fit")]
     first = min(dead, key=lambda d: d["offset"])
@@ -334,7 +379,7 @@ def test_bad_records_go_to_the_dead_letter_table_and_the_rest_applies(h):
     assert all(d["error_message"] and d["failed_at"] and d["batch_id"] == 0 for d in dead)
     h.batch_id = 0
     h.apply(records)  # the same batch again (a crash before the checkpoint's commit)
-    assert len(h.catalog.load_table(h.ident + "__cdc_dead_letters").scan().to_arrow()) == 3
+    assert len(h.dead_letters()) == 3
     assert h.values() == {1: "b", 5: "c"}
 
 
@@ -348,5 +393,5 @@ def test_non_data_messages_between_changes_apply_nothing(h):
     h.topic.change("u", {"id": 1, "v": "b", "n": 2}, 120, 130)
     h.apply()
     assert h.values() == {1: "b"}
-    assert parse_offsets(h.snapshots()[-1].summary.additional_properties) == {h.topic.name: {0: 6}}
-    assert len(h.catalog.load_table(h.ident + "__cdc_dead_letters").scan().to_arrow()) == 0
+    assert parse_offsets(h.summaries()[-1]) == {h.topic.name: {0: 6}}
+    assert len(h.dead_letters()) == 0

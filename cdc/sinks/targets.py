@@ -1,0 +1,205 @@
+"""A target table as a job sees it, whatever its format: its properties and columns, the
+cdc keys of its last commit with offsets, and how its next commit is stamped with a
+batch's identity. Iceberg stamps the snapshot summary; Delta stamps the commit's
+userMetadata and its idempotent-write marker (application id and version), so Delta
+itself refuses a batch it already holds."""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+from pyspark.sql import functions as F
+
+from cdc.config.models import Settings, TableRegistration
+from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
+from cdc.planning.merge import DELETES_SUFFIX, table_ref
+from cdc.planning.sql import q
+from cdc.sinks import delta, iceberg_spark
+
+SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
+DELTA_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+DELTA_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+DELTA_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+DELTA_PREFIX = "delta.`"
+HISTORY_PAGE = 20  # Delta commits read at a time while looking for the last one with offsets
+
+# How a format's auxiliary tables (delete memory, dead letters) are created.
+TABLE_CLAUSES = {
+    "iceberg": "USING iceberg TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read', "
+               "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')",
+    "delta": f"USING delta TBLPROPERTIES ({delta.properties_sql(delta.TABLE_PROPERTIES)})",
+}
+
+
+def target_refs(settings: Settings, reg: TableRegistration) -> tuple[str, str, str]:
+    """Spark SQL names of a registration's target, delete memory and dead-letter table."""
+    suffixes = ("", DELETES_SUFFIX, DEAD_LETTERS_SUFFIX)
+    if reg.sink == "delta":
+        return tuple(delta.ref(delta.location(settings, reg.target, s)) for s in suffixes)
+    return tuple(table_ref(settings.catalog.name, reg.target + s) for s in suffixes)
+
+
+def shown_name(settings: Settings, reg: TableRegistration) -> str:
+    """How messages name a registration's target: catalog.namespace.table, or the Delta path."""
+    if reg.sink == "delta":
+        return str(delta.location(settings, reg.target))
+    return f"{settings.catalog.name}.{reg.target}"
+
+
+def format_of(ref: str) -> str:
+    return "delta" if ref.startswith(DELTA_PREFIX) else "iceberg"
+
+
+def open_table(spark, ref: str):
+    """The target `ref` names: an Iceberg table of a catalog or a Delta table's path
+    (`delta.<quoted path>`), with fresh metadata."""
+    return DeltaTarget(spark, ref) if format_of(ref) == "delta" else IcebergTarget(spark, ref)
+
+
+class IcebergTarget:
+    format = "iceberg"
+
+    def __init__(self, spark, ref: str):
+        self.spark, self.ref = spark, ref
+        self.table = iceberg_spark.load_table(spark, ref)  # org.apache.iceberg.Table
+
+    def refresh(self) -> None:
+        self.table.refresh()
+
+    def properties(self) -> dict[str, str]:
+        return iceberg_spark.properties(self.table)
+
+    def set_properties(self, props: dict[str, str]) -> None:
+        update = self.table.updateProperties()
+        for k, v in props.items():
+            update = update.set(k, v)
+        update.commit()
+
+    def has_column(self, name: str) -> bool:
+        return self.table.schema().findField(name) is not None
+
+    def version(self):
+        """The current snapshot id (None before the first)."""
+        return iceberg_spark.current_snapshot_id(self.table)
+
+    def written(self) -> bool:
+        """Whether anything was ever committed to the table after its creation."""
+        return self.version() is not None
+
+    def holds_no_rows(self) -> bool:
+        return iceberg_spark.holds_no_rows(self.table)
+
+    def last_committed_summary(self) -> dict | None:
+        return iceberg_spark.last_committed_summary(self.table)
+
+    @contextmanager
+    def stamped(self, props: dict[str, str], txn: tuple[str, int]):
+        """The commits in this block carry `props` in their snapshot summary."""
+        for k, v in props.items():
+            self.spark.conf.set(SNAPSHOT_PROPERTY + k, v)
+        try:
+            yield
+        finally:
+            for k in props:
+                self.spark.conf.unset(SNAPSHOT_PROPERTY + k)
+
+    def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
+        """A commit with no data change carrying `props` (a batch whose changes were no-ops)."""
+        iceberg_spark.commit_summary_only(self.table, props)
+
+    def widen(self, types: dict[str, str]) -> None:
+        """Columns to wider Spark SQL types, in place (Iceberg's type promotion)."""
+        for name, spark_type in types.items():
+            self.spark.sql(f"ALTER TABLE {self.ref} ALTER COLUMN {q(name)} TYPE {spark_type}")
+
+
+class DeltaTarget:
+    format = "delta"
+
+    def __init__(self, spark, ref: str):
+        self.spark, self.ref = spark, ref
+        self.path = ref[len(DELTA_PREFIX):-1].replace("``", "`")
+        jvm = spark._jvm
+        self._log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, self.path)
+        self._none = jvm.scala.Option.empty()
+        self.refresh()
+        if self._snapshot.version() < 0:
+            raise LookupError(f"TABLE_OR_VIEW_NOT_FOUND: no Delta table at {self.path}")
+
+    def refresh(self) -> None:
+        self._snapshot = self._log.update(False, self._none, self._none)
+
+    def properties(self) -> dict[str, str]:
+        conf = self._snapshot.metadata().configuration()
+        return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
+
+    def set_properties(self, props: dict[str, str]) -> None:
+        self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({delta.properties_sql(props)})")
+        self.refresh()
+
+    def has_column(self, name: str) -> bool:
+        return name in list(self._snapshot.schema().fieldNames())
+
+    def version(self) -> int:
+        return self._snapshot.version()
+
+    def written(self) -> bool:
+        return not self.holds_no_rows()
+
+    def holds_no_rows(self) -> bool:
+        """No data file: read from the commit's checksum file when there is one (counting
+        the files otherwise takes a Spark job)."""
+        checksum = self._snapshot.checksumOpt()
+        files = checksum.get().numFiles() if checksum.isDefined() else self._snapshot.numOfFiles()
+        return files == 0
+
+    def last_committed_summary(self) -> dict | None:
+        """The userMetadata of the newest commit that carries offsets."""
+        from cdc.control.commits import OFFSETS
+
+        limit = HISTORY_PAGE
+        while True:
+            commits = self.spark.sql(f"DESCRIBE HISTORY {self.ref} LIMIT {limit}").select(
+                "version", "userMetadata").collect()
+            for c in commits:
+                if c.userMetadata and OFFSETS in (summary := json.loads(c.userMetadata)):
+                    return summary
+            if len(commits) < limit:
+                return None
+            limit *= 4
+
+    @contextmanager
+    def stamped(self, props: dict[str, str], txn: tuple[str, int]):
+        """The commits in this block carry `props` as userMetadata and the idempotent-write
+        marker `txn` (application id, batch id): Delta skips a write whose version for that
+        application is not newer than the one its log records."""
+        conf = {DELTA_USER_METADATA: json.dumps(props, sort_keys=True),
+                DELTA_TXN_APP_ID: txn[0], DELTA_TXN_VERSION: str(txn[1])}
+        for k, v in conf.items():
+            self.spark.conf.set(k, v)
+        try:
+            yield
+        finally:
+            for k in conf:  # session settings outlive the statement: never let them stamp another
+                self.spark.conf.unset(k)
+
+    def committed_version(self, app_id: str) -> int | None:
+        """The newest batch of `app_id` the table's log records (its idempotent-write marker)."""
+        version = self._snapshot.transactions().get(app_id)
+        return None if version.isEmpty() else int(version.get())
+
+    def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
+        """A MERGE of no rows: with an idempotent-write marker Delta commits it, carrying `props`."""
+        with self.stamped(props, txn):
+            self.spark.sql(f"MERGE INTO {self.ref} t USING (SELECT * FROM {self.ref} LIMIT 0) s ON false "
+                           f"WHEN NOT MATCHED THEN INSERT *")
+        self.refresh()
+
+    def widen(self, types: dict[str, str]) -> None:
+        """Columns to wider types: one commit rewriting the table with the new schema (the
+        type-widening table feature would do it in place, but delta-rs cannot read it)."""
+        table = self.spark.read.format("delta").load(self.path)
+        table = table.select(*[F.col(q(c)).cast(types[c]).alias(c) if c in types else F.col(q(c))
+                               for c in table.columns])
+        table.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(self.path)
+        self.refresh()
