@@ -1,5 +1,5 @@
-"""Row-for-row comparison of a source table (PostgreSQL or MariaDB) with its Iceberg
-target read through pyiceberg (the second reader), every column."""
+"""Row-for-row comparison of a source table (PostgreSQL or MariaDB) with its target read
+through a second reader (pyiceberg for Iceberg, delta-rs for Delta), every column."""
 from __future__ import annotations
 
 import datetime as dt
@@ -119,12 +119,24 @@ def mariadb_source_rows(conn, schema: str, table: str, key: tuple[str, ...]) -> 
     return out
 
 
+def delta_records(path) -> list[dict]:
+    """Every row of the Delta table at `path`, read by delta-rs (deletion vectors applied)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    return pa.table(QueryBuilder().register("t", DeltaTable(str(path))).execute("SELECT * FROM t").read_all()).to_pylist()
+
+
 def target_rows(catalog, ident: str, key: tuple[str, ...]) -> dict[tuple, dict]:
-    rows = catalog.load_table(ident).scan().to_arrow().to_pylist()
+    return rows_by_key(catalog.load_table(ident).scan().to_arrow().to_pylist(), key)
+
+
+def rows_by_key(records: list[dict], key: tuple[str, ...]) -> dict[tuple, dict]:
+    """A target's rows (`records`, from pyiceberg or delta-rs) by key, without the `_cdc_*` columns."""
     out = {}
-    for r in rows:
+    for r in records:
         k = tuple(r[c] for c in key)
-        assert k not in out, f"duplicate key {k} in {ident}"
+        assert k not in out, f"duplicate key {k} in the target"
         out[k] = {c: v for c, v in r.items() if not c.startswith(METADATA_PREFIX)}
     return out
 

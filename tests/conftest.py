@@ -3,6 +3,7 @@
 Nothing skips for lack of a service: a missing one fails the run."""
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -79,6 +80,7 @@ class Env:
     dsn: str | None  # PostgreSQL
     catalog: object
     kind: str = "postgresql"
+    sink: str = "iceberg"  # what register_table writes: targets in the Iceberg catalog or Delta tables
 
     def cdc(self, *args: str) -> int:
         """The command line, in this process (so it shares the run's SparkSession)."""
@@ -128,19 +130,52 @@ class Env:
 
     def assert_equal(self, table: str, key: tuple[str, ...] = ("id",), float32: frozenset = frozenset()) -> int:
         """The target equals the source, row for row and column for column; returns the rows."""
-        from tests.compare import differences, target_rows
+        from tests.compare import differences, rows_by_key
 
         src = self.source_rows(table, key)
         # MariaDB sends FLOAT as it prints it (6 significant digits) in snapshot reads.
-        diffs = differences(src, target_rows(self.catalog, f"{self.schema}.{table}", key), float32,
+        diffs = differences(src, rows_by_key(self.target_records(table), key), float32,
                             6 if self.kind == "mariadb" else None)
         assert not diffs, f"{self.kind} {self.schema}.{table} != target ({len(src)} source rows):\n" + "\n".join(diffs)
         return len(src)
+
+    def delta_path(self, table: str) -> Path:
+        from cdc.sinks import delta
+
+        return delta.location(self.settings, f"{self.schema}.{table}")
+
+    def target_records(self, table: str) -> list[dict]:
+        """Every row of the table's target, read by the second reader (pyiceberg, delta-rs)."""
+        from tests.compare import delta_records
+
+        if self.sink == "delta":
+            return delta_records(self.delta_path(table))
+        return self.catalog.load_table(f"{self.schema}.{table}").scan().to_arrow().to_pylist()
+
+    def summaries(self, table: str) -> list[dict]:
+        """The cdc keys of the target's commits, oldest first (Iceberg: the snapshots of the
+        current ancestry's log; Delta: each commit's userMetadata)."""
+        if self.sink == "delta":
+            from deltalake import DeltaTable
+
+            return [json.loads(c["userMetadata"]) if c.get("userMetadata") else {}
+                    for c in reversed(DeltaTable(str(self.delta_path(table))).history())]
+        return [s.summary.additional_properties for s in self.catalog.load_table(f"{self.schema}.{table}").snapshots()]
+
+    def target_ref(self, table: str) -> str:
+        """The target's Spark SQL name."""
+        from cdc.sinks import delta
+
+        if self.sink == "delta":
+            return delta.ref(self.delta_path(table))
+        return f"{self.settings.catalog.name}.{self.schema}.{table}"
 
     def register_table(self, table: str, key: list[str] | None = None, name: str | None = None,
                        options: dict | None = None) -> str:
         name = name or f"{self.schema}.{table}"
         body = {"name": name, "source": {"schema": self.schema, "table": table}}
+        if self.sink != "iceberg":
+            body["sink"] = self.sink
         if key:
             body["key"] = key
         if options:
@@ -188,14 +223,14 @@ def write_config(settings, work: Path, sources: dict) -> Path:
     return config
 
 
-def postgres_env(stack, settings, work: Path, name: str, **source) -> Env:
+def postgres_env(stack, settings, work: Path, name: str, sink: str = "iceberg", **source) -> Env:
     """A source of the stack's PostgreSQL with a connector, slot, schema and cdc.yaml of
     its own (`name`, which starts with `it_`); `source` adds settings (`format="avro"`)."""
     base = dict(yaml.safe_load((ROOT / "cdc.yaml").read_text())["sources"]["stack_postgres"], **source)
     base["password_file"] = str(settings.path(Path(base["password_file"])))
     config = write_config(settings, work, {name: base})
     env_settings = load_settings(config)
-    env = Env(config, env_settings, name, name, stack.postgres.dsn(), load_catalog(env_settings))
+    env = Env(config, env_settings, name, name, stack.postgres.dsn(), load_catalog(env_settings), sink=sink)
     env.sql(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
     return env
 
@@ -211,11 +246,31 @@ def it_env(stack, spark, settings, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def it_delta(stack, spark, settings, it_env, tmp_path_factory):
+    """A PostgreSQL source of its own whose registrations have Delta targets."""
+    env = postgres_env(stack, settings, tmp_path_factory.mktemp("itd"), it_env.source + "d", sink="delta")
+    yield env
+    _cleanup(env)
+
+
+@pytest.fixture(scope="session")
 def it_mariadb(stack, spark, settings, tmp_path_factory):
     """The same for the stack's MariaDB: a source and a database of its own."""
+    yield from mariadb_env(stack, settings, tmp_path_factory, "itm")
+
+
+@pytest.fixture(scope="session")
+def it_mariadb_delta(stack, spark, settings, tmp_path_factory):
+    """A MariaDB source of its own whose registrations have Delta targets."""
+    yield from mariadb_env(stack, settings, tmp_path_factory, "itmd", sink="delta")
+
+
+def mariadb_env(stack, settings, tmp_path_factory, prefix: str, sink: str = "iceberg"):
+    """A source of the stack's MariaDB and a database of its own, `<prefix>_<hex>`; those
+    an earlier run with the same prefix left are dropped first."""
     suffix = secrets.token_hex(3)
-    source = schema = f"itm_{suffix}"
-    config = write_config(settings, tmp_path_factory.mktemp("itm"), {source: {
+    source = schema = f"{prefix}_{suffix}"
+    config = write_config(settings, tmp_path_factory.mktemp(prefix), {source: {
         "kind": "mariadb", "host": "127.0.0.1", "port": stack.mariadb.port, "database": schema, "user": "cdc",
         "password_file": str(stack.mariadb.password_file)}})
     import pymysql
@@ -225,14 +280,14 @@ def it_mariadb(stack, spark, settings, tmp_path_factory):
     client = ConnectClient(settings.connect_url)
     with admin.cursor() as cur:
         for name in requests.get(f"{settings.connect_url}/connectors", timeout=10).json():
-            if name.startswith("cdc-itm_"):
+            if name.startswith(f"cdc-{prefix}_"):
                 client.delete(name)
-        cur.execute("SHOW DATABASES LIKE 'itm\\_%'")
+        cur.execute(f"SHOW DATABASES LIKE '{prefix}\\_%'")
         for (db,) in cur.fetchall():
             cur.execute(f"DROP DATABASE `{db}`")
         cur.execute(f"CREATE DATABASE `{schema}`")
     env_settings = load_settings(config)
-    env = Env(config, env_settings, source, schema, None, load_catalog(env_settings), kind="mariadb")
+    env = Env(config, env_settings, source, schema, None, load_catalog(env_settings), kind="mariadb", sink=sink)
     yield env
     client.delete(connector_name(source))
     with admin.cursor() as cur:

@@ -233,9 +233,9 @@ class DeltaSettings(Frozen):
 
     root: Path = Path(".state/delta")
 
-    @field_validator("root")
+    @field_validator("root", mode="before")
     @classmethod
-    def _plain_path(cls, v: Path) -> Path:
+    def _plain_path(cls, v):
         if "`" in str(v) or URI_SCHEME.match(str(v)):
             raise ValueError(f"root {str(v)!r}: give a local or mounted directory (no URI, no backquote)")
         return v

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control.commits import OFFSETS
-from cdc.errors import ConfigError
+from cdc.errors import ApplyError, ConfigError
 from cdc.planning.sql import q
 from cdc.sinks.iceberg import (LIVE_ROWS, METADATA_COLUMNS, MODE_COLUMNS, PROP_KEY, PROP_SNAPSHOT, check_protection,
                                protection_properties, target_properties)
@@ -64,16 +64,33 @@ def properties(table) -> dict[str, str]:
     return dict(table.metadata().configuration)
 
 
-def last_committed(table) -> dict | None:
-    """The cdc keys of the newest commit that carries offsets (its userMetadata); maintenance
-    commits carry none."""
-    for commit in table.history():
+def committed_summary(commits) -> dict | None:
+    """The cdc keys (userMetadata) of the newest commit with offsets whose data the table
+    still holds, from its commits newest first (dicts with version, operation,
+    operationParameters and userMetadata). Maintenance commits carry no offsets; a RESTORE
+    undoes the commits after the version it restored, so their offsets no longer count."""
+    below = None  # after a RESTORE: only commits up to the version it restored
+    for commit in commits:
+        version = int(commit["version"])
+        if below is not None and version > below:
+            continue
+        if commit.get("operation") == "RESTORE":
+            params = commit.get("operationParameters") or {}
+            if params.get("version") in (None, "", "null"):
+                raise ApplyError("the Delta table was restored to a timestamp; cdc cannot tell which of its "
+                                 "commits' offsets it still holds", hint="re-apply the topic: `cdc replay --table "
+                                 "<name> --from-earliest`")
+            below = int(params["version"])
+            continue
         meta = commit.get("userMetadata")
-        if meta:
-            summary = json.loads(meta)
-            if OFFSETS in summary:
-                return summary
+        if meta and OFFSETS in (summary := json.loads(meta)):
+            return summary
     return None
+
+
+def last_committed(table) -> dict | None:
+    """`committed_summary` of a deltalake.DeltaTable."""
+    return committed_summary(table.history())
 
 
 def live_rows(table, mode: str) -> int:

@@ -154,18 +154,14 @@ class DeltaTarget:
         return files == 0
 
     def last_committed_summary(self) -> dict | None:
-        """The userMetadata of the newest commit that carries offsets."""
-        from cdc.control.commits import OFFSETS
-
+        """The userMetadata of the newest commit with offsets (delta.committed_summary)."""
         limit = HISTORY_PAGE
         while True:
-            commits = self.spark.sql(f"DESCRIBE HISTORY {self.ref} LIMIT {limit}").select(
-                "version", "userMetadata").collect()
-            for c in commits:
-                if c.userMetadata and OFFSETS in (summary := json.loads(c.userMetadata)):
-                    return summary
-            if len(commits) < limit:
-                return None
+            commits = [c.asDict() for c in self.spark.sql(f"DESCRIBE HISTORY {self.ref} LIMIT {limit}").select(
+                "version", "operation", "operationParameters", "userMetadata").collect()]
+            summary = delta.committed_summary(commits)
+            if summary is not None or len(commits) < limit:
+                return summary
             limit *= 4
 
     @contextmanager

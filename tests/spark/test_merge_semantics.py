@@ -206,6 +206,27 @@ def test_deleted_key_never_comes_back_from_a_late_older_change(h):
     assert h.values() == {1: "again"}
 
 
+def test_delta_refuses_a_second_commit_of_a_batch_it_holds(scratch, table_name, tmp_path):
+    """The batch's identity rides on the Delta commit (application id, batch id): Delta
+    itself skips a write stamped with a batch its log already records."""
+    from deltalake import DeltaTable
+
+    from cdc.sinks.targets import open_table
+
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name, sink="delta", delta_root=tmp_path)
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    h.apply()
+    app, batch = h.applier._txn(0)
+    assert DeltaTable(str(h.path)).transaction_version(app) == batch == 0
+    table = open_table(spark, h.applier.target_ref)
+    before = table.version()
+    with table.stamped({"cdc.offsets": "{}"}, (app, batch)):
+        spark.sql(f"INSERT INTO {h.applier.target_ref} (id, v) VALUES (2, 'again')")
+    table.refresh()
+    assert table.version() == before and h.values() == {1: "a"}
+
+
 def test_delete_memory_past_its_horizon_is_forgotten(scratch, table_name):
     spark, catalog = scratch
     h = Harness(spark, catalog, table_name, horizon_hours=1)
