@@ -19,10 +19,7 @@ from bench.workload import fill, initial_rows, registration, timed
 from cdc.decoding.spark_decode import decode
 from cdc.sinks.iceberg import table_columns
 
-DELTA_CONF = {
-    "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
-                            "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+DELTA_CONF = {  # Delta's extension and catalog are in every cdc session (jobs/session.py)
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 VALUES = ("v", "n", "at", "_cdc_op", "_cdc_position", "_cdc_source_ts", "_cdc_kafka_partition", "_cdc_kafka_offset")

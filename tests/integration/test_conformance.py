@@ -170,10 +170,29 @@ def test_truncate_then_insert_keeps_only_the_later_rows_and_reconciles(src, spar
     assert src.cdc("reconcile", "--table", name, "--format", "json", "--wait", "30") == 0
     (row,) = json.loads(capsys.readouterr().out)["tables"]
     assert (row["status"], row["source_rows"], row["target_rows"], row["lag"]) == ("OK", 2, 2, 0)
+    if src.kind == "postgresql":  # row for row, in Spark, at the counted snapshot (Delta: version)
+        assert src.cdc("reconcile", "--table", name, "--format", "json", "--deep", "--wait", "30") == 0
+        (row,) = json.loads(capsys.readouterr().out)["tables"]
+        assert (row["status"], row["deep"]["compared"], row["deep"]["rows"]) == (
+            "OK", True, {"source": 2, "target": 2})
     spark.sql(f"DELETE FROM {src.target_ref('cf_events')} WHERE id = 100")  # behind the engine's back
     assert src.cdc("reconcile", "--table", name, "--format", "json", "--wait", "30") == 1
     (row,) = json.loads(capsys.readouterr().out)["tables"]
     assert (row["status"], row["source_rows"], row["target_rows"]) == ("DRIFT", 2, 1)
+
+
+def test_status_names_the_sink_and_the_location_and_counts_no_lag(src, capsys):
+    name = f"{src.schema}.cf_lines"  # replicated by the key-change test
+    capsys.readouterr()
+    assert src.cdc("status", "--table", name, "--json") == 0
+    (row,) = json.loads(capsys.readouterr().out)["tables"]
+    assert (row["name"], row["sink"], row["registered"], row["lag"]) == (name, src.sink, True, 0)
+    if src.sink == "delta":
+        assert row["location"].rstrip("/").endswith(str(src.delta_path("cf_lines")))
+        assert row["target"] == str(src.delta_path("cf_lines")) and row["snapshot_id"] > 0
+    else:
+        assert row["location"] == src.catalog.load_table(name).metadata.location
+    assert row["committed_offsets"] == row["kafka_end_offsets"] and row["position"]
 
 
 def test_unchanged_big_values_survive_updates_of_other_columns(src):

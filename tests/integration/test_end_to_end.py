@@ -193,12 +193,19 @@ def test_tables_add_introspects_a_composite_key_and_refuses_a_keyless_table(env,
         assert "REPLICA IDENTITY FULL" in capsys.readouterr().err  # updates would carry no key
         assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", "not-qualified") == 2
         assert "<namespace>.<table>" in capsys.readouterr().err
+        assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", f"{s}.lines_delta",
+                       "--sink", "delta") == 0
+        assert yaml.safe_load((tables / f"{s}.lines_delta.yaml").read_text())["sink"] == "delta"
+        capsys.readouterr()
         assert env.cdc("tables", "list", "--json") == 0
         listed = {t["name"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
         assert listed[f"{s}.lines_added"]["state"] == "new" and listed[f"{s}.lines"]["state"] == "registered"
         assert listed[f"{s}.lines"]["key"] is None and listed[f"{s}.lines_added"]["key"] == ["order_id", "line_no"]
+        assert (listed[f"{s}.lines_delta"]["sink"], listed[f"{s}.lines"]["sink"]) == ("delta", "iceberg")
+        assert listed[f"{s}.lines_delta"]["target"].endswith(f"/{s}/lines_delta")
     finally:
         (tables / f"{s}.lines_added.yaml").unlink()
+        (tables / f"{s}.lines_delta.yaml").unlink(missing_ok=True)
 
 
 def test_register_dry_run_prints_the_changes_and_makes_none(env, capsys):
