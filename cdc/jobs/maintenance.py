@@ -11,6 +11,11 @@ Per table (the target, its delete memory and its dead letters):
 Every step commits through Iceberg's optimistic concurrency: a step that loses a race with
 the job's MERGE is retried or left for the next run; the job recomputes a batch whose
 commit meets a compaction (`jobs/apply.py`), so nothing is lost or applied twice.
+
+A Delta target (and its tables) gets the same through Delta's own commands: `OPTIMIZE`
+compacts small files, dropping the rows deletion vectors mark, and `VACUUM` removes the
+files no version within the retention references. Delta keeps its log (and so the commits
+carrying cdc offsets) for `delta.logRetentionDuration`, 30 days by default.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from cdc.control.commits import OFFSETS
 from cdc.errors import ApplyError
 from cdc.jobs.apply import run_with_conflict_retries
 from cdc.report.log import log
-from cdc.sinks import iceberg_spark
+from cdc.sinks import delta, iceberg_spark
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 ORPHAN_AGE_HOURS = 72  # files younger than this are never taken for orphans (writes in flight; Iceberg wants >= 24)
@@ -97,6 +102,42 @@ def maintain_table(spark, catalog: str, ident: str, retention: Retention, now: d
             "expired_data_files": expired_files}
 
 
+DELTA_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"  # VACUUM's listing tasks
+
+
+def delta_files(spark, path) -> dict[str, int]:
+    """Live data files, those with deletion vectors, and versions of a Delta table (its log only)."""
+    log_ = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
+    none = spark._jvm.scala.Option.empty()
+    snapshot = log_.update(False, none, none)
+    files = snapshot.allFiles()
+    return {"data_files": int(files.count()), "delete_files": int(files.where("deletionVector IS NOT NULL").count()),
+            "snapshots": int(snapshot.version()) + 1}
+
+
+def maintain_delta_table(spark, path, retention: Retention) -> dict:
+    """OPTIMIZE, then VACUUM past the snapshot retention, of the Delta table at `path`."""
+    ref = delta.ref(path)
+    before = delta_files(spark, path)
+    run_with_conflict_retries(lambda: spark.sql(f"OPTIMIZE {ref}").collect())
+    run_with_conflict_retries(lambda: spark.sql(f"REORG TABLE {ref} APPLY (PURGE)").collect())
+    # cdc's retention may be shorter than Delta's safety check wants (7 days): it is the operator's
+    # choice. The listing runs in as many tasks as the cores (Spark's default: 10,000).
+    conf = {DELTA_RETENTION_CHECK: "false", LISTING_PARALLELISM: str(spark.sparkContext.defaultParallelism * 2)}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        hours = int(retention.snapshot_hours)
+        removed = spark.sql(f"VACUUM {ref} RETAIN {hours} HOURS DRY RUN").count()
+        spark.sql(f"VACUUM {ref} RETAIN {hours} HOURS").collect()
+    finally:
+        for k in conf:
+            spark.conf.unset(k)
+    return {"table": str(path), "before": before, "after": delta_files(spark, path), "orphans_removed": removed,
+            "expired_data_files": removed}
+
+
 def maintain(settings, tables) -> list[dict]:
     """`maintain_table` for each registered table's target, delete memory and dead letters.
     A table that fails is reported and the others go on; an ApplyError at the end names them."""
@@ -111,19 +152,23 @@ def maintain(settings, tables) -> list[dict]:
     catalog = load_catalog(settings)
     out, failed = [], []
     for reg in tables:
-        if reg.sink != "iceberg":
-            log(f"skipped: maintenance covers Iceberg targets; this one is a {reg.sink} table", table=reg.name,
-                event="maintenance-skipped", stream=sys.stdout)
-            continue
-        for ident in (reg.target, reg.target + DELETES_SUFFIX, reg.target + DEAD_LETTERS):
-            try:
-                catalog.load_table(ident)
-            except NoSuchTableError:
-                continue
+        retention = Retention(reg.options.snapshot_retention_hours)
+        for suffix in ("", DELETES_SUFFIX, DEAD_LETTERS):
+            ident = reg.target + suffix
+            if reg.sink == "delta":
+                path = delta.location(settings, reg.target, suffix)
+                if delta.open_table(path) is None:
+                    continue
+                ident = str(path)
+            else:
+                try:
+                    catalog.load_table(ident)
+                except NoSuchTableError:
+                    continue
             started = time.monotonic()
             try:
-                result = maintain_table(spark, settings.catalog.name, ident,
-                                        Retention(reg.options.snapshot_retention_hours))
+                result = (maintain_delta_table(spark, path, retention) if reg.sink == "delta"
+                          else maintain_table(spark, settings.catalog.name, ident, retention))
             except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's errors; the next run tries again
                 log(f"maintenance failed: {str(e).splitlines()[0][:300]}", table=ident, level="error",
                     event="maintenance-failed")

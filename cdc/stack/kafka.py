@@ -65,7 +65,9 @@ class Kafka:
         props.write_text((TEMPLATES / "kafka-server.properties").read_text().format(
             port=self.port, controller_port=self.controller_port, data_dir=data))
         if not (data / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = "-"
+            while cluster_id.startswith("-"):  # as Kafka's own ids: one with a leading dash reads as an option
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             out = subprocess.run(self._java("kafka.tools.StorageTool", "format", "--standalone",
                                             "-t", cluster_id, "-c", str(props)), capture_output=True, text=True)
             if out.returncode != 0:

@@ -218,13 +218,16 @@ def test_recreated_topic_is_detected_not_consumed(fenv, capsys):
     assert_equal(fenv.dsn, s, "recreated", fenv.catalog, f"{s}.recreated", ("id",))
 
 
-def test_bootstrap_and_maintenance_leave_a_delta_target_alone(denv, capsys):
+def test_bootstrap_refuses_a_delta_target_and_maintenance_keeps_it_exact(denv, capsys):
     name = f"{denv.schema}.crash_a"
-    version = len(denv.summaries("crash_a"))
+    commits = len(denv.summaries("crash_a"))
     capsys.readouterr()
     assert denv.cdc("bootstrap", "--table", name) == 2
     err = capsys.readouterr().err
     assert "fills Iceberg targets; its target is a delta table" in err and "register" in err
+    assert len(denv.summaries("crash_a")) == commits  # nothing written
     assert denv.cdc("maintain", "--table", name) == 0
-    assert "maintenance covers Iceberg targets" in capsys.readouterr().out
-    assert len(denv.summaries("crash_a")) == version
+    assert str(denv.delta_path("crash_a")) + ": data files" in capsys.readouterr().out
+    denv.assert_equal("crash_a")
+    denv.replicate("crash_a", churn(denv, "crash_a"))  # the job resumes from the offsets it finds
+    denv.assert_equal("crash_a")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from cdc.control.commits import parse_offsets
-from cdc.jobs.maintenance import Retention, maintain_table, table_files
+from cdc.jobs.maintenance import Retention, delta_files, maintain_delta_table, maintain_table, table_files
 from cdc.sinks import iceberg_spark
+from cdc.sinks.targets import open_table
 from tests.spark.test_merge_semantics import Harness
 
 
@@ -91,3 +92,29 @@ def test_no_snapshot_expires_while_a_bootstrap_is_unfinished(scratch, table_name
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
     result = maintain_table(spark, "scratch", h.ident, Retention(snapshot_hours=0), now=later)
     assert result["after"]["snapshots"] >= result["before"]["snapshots"]  # compacted, nothing expired
+
+
+def test_delta_maintenance_compacts_purges_vacuums_and_keeps_rows_and_offsets(scratch, table_name, tmp_path):
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name, sink="delta", delta_root=tmp_path)
+    for i in range(30):
+        h.topic.change("c", {"id": i, "v": "0", "n": i}, 100, 100 + i)
+    h.apply()
+    for round_no in range(1, 4):  # small MERGE commits: deletion vectors and small files pile up
+        for i in range(round_no, 30, 4):
+            h.topic.change("u", {"id": i, "v": str(round_no), "n": i}, 100 + round_no * 100, 1000 + round_no * 100 + i)
+        h.topic.change("d", {"id": 30 - round_no, "v": "x", "n": 0}, 100 + round_no * 100, 1090 + round_no * 100)
+        h.apply()
+    rows = h.rows()
+    offsets = parse_offsets(open_table(spark, h.applier.target_ref).last_committed_summary())
+    before = delta_files(spark, h.path)
+    assert before["delete_files"] > 0 and before["data_files"] > 2
+    result = maintain_delta_table(spark, h.path, Retention(snapshot_hours=0))
+    after = result["after"]
+    assert after["delete_files"] == 0 and after["data_files"] < before["data_files"]
+    assert result["orphans_removed"] >= before["data_files"] - after["data_files"]  # the compacted files went
+    assert h.rows() == rows  # the second reader sees the same rows
+    assert parse_offsets(open_table(spark, h.applier.target_ref).last_committed_summary()) == offsets
+    h.topic.change("u", {"id": 1, "v": "after maintenance", "n": 1}, 900, 9000)
+    h.apply()
+    assert h.values()[1] == "after maintenance" and len(h.rows()) == len(rows)
