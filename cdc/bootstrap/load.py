@@ -29,12 +29,10 @@ from cdc.control.faults import crash_point
 from cdc.errors import ConfigError, DependencyError
 from cdc.jobs.runner import load_target, run
 from cdc.jobs.session import get_session
-from cdc.planning.merge import table_ref
 from cdc.report.log import log
 from cdc.planning.protect import mask_columns, mask_key
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.topics import topic_id, watermarks
-from cdc.sinks import iceberg_spark
 from cdc.sinks.iceberg import check_protection, table_columns
 from cdc.sources import module_of, postgres
 
@@ -50,16 +48,11 @@ def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = N
 
 def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, chunk_rows: int,
                restart: bool) -> None:
-    if reg.sink != "iceberg":
-        raise ConfigError(f"table {reg.name}: `cdc bootstrap` fills Iceberg targets; its target is a {reg.sink} table",
-                          hint="a Delta target is filled by Debezium's snapshot when it is registered; to refill "
-                               "it, delete its directory, run `cdc register --table " + reg.name + "`, then "
-                               "`cdc run`")
     spark = get_session(settings).newSession()
-    table = load_target(spark, settings, reg)[1].table  # org.apache.iceberg.Table
-    columns, key, topic = table_columns(iceberg_spark.properties(table))
-    check_protection(reg, iceberg_spark.properties(table))
-    text = iceberg_spark.properties(table).get(PROPERTY)
+    table = load_target(spark, settings, reg)[1]  # sinks/targets.py: Iceberg or Delta
+    columns, key, topic = table_columns(table.properties())
+    check_protection(reg, table.properties())
+    text = table.properties().get(PROPERTY)
     current = Bootstrap.from_json(text) if text else None
     started = time.monotonic()
     if current and current.state == RUNNING and not restart:
@@ -87,8 +80,7 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
         _debezium(spark, settings, reg, table, boot, fresh=boot is not current)
     _finish(settings, reg, table, topic, boot)
     run(settings, [reg], available_now=True)  # the changes made while the source was read
-    table.refresh()
-    rows = int(next(iceberg_spark.ancestry_summaries(table)).get("total-records", 0))
+    rows = table.row_count()
     elapsed = time.monotonic() - started
     log(f"bootstrap {boot.id} ({boot.method}) done: {rows} rows in {elapsed:.1f}s "
         f"({rows / max(elapsed, 1e-9):,.0f} rows/s), streaming from offsets "
@@ -103,7 +95,7 @@ def default_method(settings: Settings, reg: TableRegistration) -> str:
 
 def _begin(spark, settings: Settings, reg: TableRegistration, table, boot: Bootstrap) -> None:
     """Empty the target and record the plan in one commit; the old checkpoint goes."""
-    iceberg_spark.empty_table(spark, table, {START: boot.id}, {PROPERTY: boot.to_json()})
+    table.empty({START: boot.id}, {PROPERTY: boot.to_json()})
     shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
     log(f"bootstrap {boot.id} ({boot.method}) started; target emptied", table=reg.name, event="bootstrap-started",
         stream=sys.stdout)
@@ -112,7 +104,7 @@ def _begin(spark, settings: Settings, reg: TableRegistration, table, boot: Boots
 def _done_chunks(table, boot: Bootstrap) -> dict[int, SourceSnapshot]:
     """Chunks of this bootstrap already committed, from the table's history."""
     done = {}
-    for summary in iceberg_spark.ancestry_summaries(table):
+    for summary in table.summaries():
         if CHUNK in summary:
             c = json.loads(summary[CHUNK])
             if c["id"] == boot.id:
@@ -125,7 +117,6 @@ def _done_chunks(table, boot: Bootstrap) -> dict[int, SourceSnapshot]:
 
 def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootstrap, columns, key,
           chunk_rows: int, fresh: bool) -> None:
-    ref = table_ref(settings.catalog.name, reg.target)
     partitions = max(2, spark.sparkContext.defaultParallelism * 2)
     with postgres.exported_snapshot(settings, reg.source.name) as exported:
         snapshot = SourceSnapshot.parse(exported.horizon, exported.wal_lsn)
@@ -144,10 +135,9 @@ def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootst
                                        columns, exported.taken_at, mode=reg.mode)
             rows = mask_columns(rows, reg.mask, mask_key(settings, reg))  # never written in clear
             record = json.dumps({"id": boot.id, "index": i, "snapshot": asdict(snapshot)})
-            rows.writeTo(ref).option(f"snapshot-property.{CHUNK}", record).append()
-            table.refresh()
+            added = table.append(rows, {CHUNK: record})
             boot.snapshots[i] = snapshot
-            progress.chunk_done(i, int(table.currentSnapshot().summary().get("added-records") or 0))
+            progress.chunk_done(i, added)
             crash_point("bootstrap-chunk")
 
 
@@ -179,7 +169,7 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
                                                    [f"{reg.source.schema_}.{reg.source.table}"])
     log(f"waiting for Debezium's incremental snapshot of {reg.source.schema_}.{reg.source.table} (connector {name})",
         table=reg.name, event="bootstrap-waiting", stream=sys.stdout)
-    topic = table_columns(iceberg_spark.properties(table))[2]
+    topic = table_columns(table.properties())[2]
     progress = Progress(reg.name, 1, estimate)
     shown = [time.monotonic()]
 
@@ -199,14 +189,14 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
 
 def _finish(settings: Settings, reg: TableRegistration, table, topic: str, boot: Bootstrap) -> None:
     """Streaming takes over at the recorded offsets, in the commit that marks the bootstrap done."""
-    previous = iceberg_spark.last_committed_summary(table)
+    previous = table.last_committed_summary()
     committed = commits.parse_offsets(previous).get(topic, {})
     offsets = {p: max(o, committed.get(p, 0)) for p, o in boot.offsets.items()}
     position = max((s.position for s in boot.snapshots.values()), default=None)
     boot.state = DONE
     summary = commits.summary_properties(topic, offsets, -1, f"{reg.name}@bootstrap-{boot.id}", position, None,
                                          previous, boot.topic_id)
-    iceberg_spark.commit_summary_and_properties(table, summary, {PROPERTY: boot.to_json()})
+    table.commit_summary_and_properties(summary, {PROPERTY: boot.to_json()})
 
 
 class Progress:

@@ -112,6 +112,33 @@ class IcebergTarget:
         for name, spark_type in types.items():
             self.spark.sql(f"ALTER TABLE {self.ref} ALTER COLUMN {q(name)} TYPE {spark_type}")
 
+    # What `cdc bootstrap` needs besides.
+
+    def summaries(self):
+        """The cdc keys of the current commit and its ancestors, newest first."""
+        return iceberg_spark.ancestry_summaries(self.table)
+
+    def empty(self, summary: dict[str, str], props: dict[str, str]) -> None:
+        """Every row deleted and `props` set, in a commit carrying `summary`."""
+        iceberg_spark.empty_table(self.spark, self.table, summary, props)
+
+    def append(self, rows, summary: dict[str, str]) -> int:
+        """`rows` appended in one commit carrying `summary`; returns the rows added."""
+        writer = rows.writeTo(self.ref)
+        for k, v in summary.items():
+            writer = writer.option(f"snapshot-property.{k}", v)
+        writer.append()
+        self.refresh()
+        return int(self.table.currentSnapshot().summary().get("added-records") or 0)
+
+    def row_count(self) -> int:
+        self.refresh()
+        return int(next(iceberg_spark.ancestry_summaries(self.table)).get("total-records", 0))
+
+    def commit_summary_and_properties(self, summary: dict[str, str], props: dict[str, str]) -> None:
+        """One commit without data change carrying `summary`, with `props` set."""
+        iceberg_spark.commit_summary_and_properties(self.table, summary, props)
+
 
 class DeltaTarget:
     format = "delta"
@@ -165,12 +192,13 @@ class DeltaTarget:
             limit *= 4
 
     @contextmanager
-    def stamped(self, props: dict[str, str], txn: tuple[str, int]):
+    def stamped(self, props: dict[str, str], txn: tuple[str, int] | None):
         """The commits in this block carry `props` as userMetadata and the idempotent-write
         marker `txn` (application id, batch id): Delta skips a write whose version for that
         application is not newer than the one its log records."""
-        conf = {DELTA_USER_METADATA: json.dumps(props, sort_keys=True),
-                DELTA_TXN_APP_ID: txn[0], DELTA_TXN_VERSION: str(txn[1])}
+        conf = {DELTA_USER_METADATA: json.dumps(props, sort_keys=True)}
+        if txn is not None:
+            conf.update({DELTA_TXN_APP_ID: txn[0], DELTA_TXN_VERSION: str(txn[1])})
         for k, v in conf.items():
             self.spark.conf.set(k, v)
         try:
@@ -199,3 +227,32 @@ class DeltaTarget:
                                for c in table.columns])
         table.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(self.path)
         self.refresh()
+
+    def summaries(self):
+        """The userMetadata of every commit, newest first ({} for a commit without)."""
+        for c in self.spark.sql(f"DESCRIBE HISTORY {self.ref}").select("userMetadata").collect():
+            yield json.loads(c.userMetadata) if c.userMetadata else {}
+
+    def empty(self, summary: dict[str, str], props: dict[str, str]) -> None:
+        """Every row deleted, then `props` set in a commit carrying `summary` (Delta commits
+        no DELETE of an empty table; a crash in between leaves the old properties, and the
+        bootstrap starts over)."""
+        self.spark.sql(f"DELETE FROM {self.ref}")
+        self.commit_summary_and_properties(summary, props)
+
+    def append(self, rows, summary: dict[str, str]) -> int:
+        """`rows` appended (by column name, in the table's types) in one commit carrying `summary`."""
+        schema = self.spark.read.format("delta").load(self.path).schema
+        rows = rows.select(*[F.col(q(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields])
+        with self.stamped(summary, None):
+            rows.write.format("delta").mode("append").save(self.path)
+        metrics = self.spark.sql(f"DESCRIBE HISTORY {self.ref} LIMIT 1").first()["operationMetrics"]
+        self.refresh()
+        return int((metrics or {}).get("numOutputRows") or 0)
+
+    def row_count(self) -> int:
+        return self.spark.read.format("delta").load(self.path).count()
+
+    def commit_summary_and_properties(self, summary: dict[str, str], props: dict[str, str]) -> None:
+        with self.stamped(summary, None):  # ALTER TABLE always commits, with the userMetadata set
+            self.set_properties(props)
