@@ -31,6 +31,7 @@ from cdc.errors import ApplyError
 from cdc.jobs.apply import run_with_conflict_retries
 from cdc.report.log import log
 from cdc.sinks import delta, iceberg_spark
+from cdc.sinks.targets import DeltaTarget
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 ORPHAN_AGE_HOURS = 72  # files younger than this are never taken for orphans (writes in flight; Iceberg wants >= 24)
@@ -106,20 +107,11 @@ DELTA_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"  # VACUUM's listing tasks
 
 
-def delta_files(spark, path) -> dict[str, int]:
-    """Live data files, those with deletion vectors, and versions of a Delta table (its log only)."""
-    log_ = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
-    none = spark._jvm.scala.Option.empty()
-    snapshot = log_.update(False, none, none)
-    files = snapshot.allFiles()
-    return {"data_files": int(files.count()), "delete_files": int(files.where("deletionVector IS NOT NULL").count()),
-            "snapshots": int(snapshot.version()) + 1}
-
-
 def maintain_delta_table(spark, path, retention: Retention) -> dict:
     """OPTIMIZE, then VACUUM past the snapshot retention, of the Delta table at `path`."""
     ref = delta.ref(path)
-    before = delta_files(spark, path)
+    table = DeltaTarget(spark, ref)
+    before = table.file_counts()
     run_with_conflict_retries(lambda: spark.sql(f"OPTIMIZE {ref}").collect())
     run_with_conflict_retries(lambda: spark.sql(f"REORG TABLE {ref} APPLY (PURGE)").collect())
     # cdc's retention may be shorter than Delta's safety check wants (7 days): it is the operator's
@@ -134,7 +126,7 @@ def maintain_delta_table(spark, path, retention: Retention) -> dict:
     finally:
         for k in conf:
             spark.conf.unset(k)
-    return {"table": str(path), "before": before, "after": delta_files(spark, path), "orphans_removed": removed,
+    return {"table": str(path), "before": before, "after": table.file_counts(), "orphans_removed": removed,
             "expired_data_files": removed}
 
 

@@ -57,8 +57,6 @@ def open_table(spark, ref: str):
 
 
 class IcebergTarget:
-    format = "iceberg"
-
     def __init__(self, spark, ref: str):
         self.spark, self.ref = spark, ref
         self.table = iceberg_spark.load_table(spark, ref)  # org.apache.iceberg.Table
@@ -93,8 +91,9 @@ class IcebergTarget:
         return iceberg_spark.last_committed_summary(self.table)
 
     @contextmanager
-    def stamped(self, props: dict[str, str], txn: tuple[str, int]):
-        """The commits in this block carry `props` in their snapshot summary."""
+    def stamped(self, props: dict[str, str], txn: tuple[str, int] | None):
+        """The commits in this block carry `props` in their snapshot summary (which holds the
+        batch id: `txn` is Delta's)."""
         for k, v in props.items():
             self.spark.conf.set(SNAPSHOT_PROPERTY + k, v)
         try:
@@ -141,8 +140,6 @@ class IcebergTarget:
 
 
 class DeltaTarget:
-    format = "delta"
-
     def __init__(self, spark, ref: str):
         self.spark, self.ref = spark, ref
         self.path = ref[len(DELTA_PREFIX):-1].replace("``", "`")
@@ -207,11 +204,6 @@ class DeltaTarget:
             for k in conf:  # session settings outlive the statement: never let them stamp another
                 self.spark.conf.unset(k)
 
-    def committed_version(self, app_id: str) -> int | None:
-        """The newest batch of `app_id` the table's log records (its idempotent-write marker)."""
-        version = self._snapshot.transactions().get(app_id)
-        return None if version.isEmpty() else int(version.get())
-
     def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
         """A MERGE of no rows: with an idempotent-write marker Delta commits it, carrying `props`."""
         with self.stamped(props, txn):
@@ -252,6 +244,14 @@ class DeltaTarget:
 
     def row_count(self) -> int:
         return self.spark.read.format("delta").load(self.path).count()
+
+    def file_counts(self) -> dict[str, int]:
+        """Live data files, those with deletion vectors, and versions (from the log)."""
+        self.refresh()
+        files = self._snapshot.allFiles()
+        return {"data_files": int(files.count()),
+                "delete_files": int(files.where("deletionVector IS NOT NULL").count()),
+                "snapshots": int(self._snapshot.version()) + 1}
 
     def commit_summary_and_properties(self, summary: dict[str, str], props: dict[str, str]) -> None:
         with self.stamped(summary, None):  # ALTER TABLE always commits, with the userMetadata set

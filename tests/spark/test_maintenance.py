@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from cdc.control.commits import parse_offsets
-from cdc.jobs.maintenance import Retention, delta_files, maintain_delta_table, maintain_table, table_files
+from cdc.jobs.maintenance import Retention, maintain_delta_table, maintain_table, table_files
 from cdc.sinks import iceberg_spark
-from cdc.sinks.targets import open_table
+from cdc.sinks.targets import DeltaTarget, open_table
 from tests.spark.test_merge_semantics import Harness
 
 
@@ -107,7 +107,7 @@ def test_delta_maintenance_compacts_purges_vacuums_and_keeps_rows_and_offsets(sc
         h.apply()
     rows = h.rows()
     offsets = parse_offsets(open_table(spark, h.applier.target_ref).last_committed_summary())
-    before = delta_files(spark, h.path)
+    before = DeltaTarget(spark, h.applier.target_ref).file_counts()
     assert before["delete_files"] > 0 and before["data_files"] > 2
     result = maintain_delta_table(spark, h.path, Retention(snapshot_hours=0))
     after = result["after"]
