@@ -127,6 +127,14 @@ def delta_records(path) -> list[dict]:
     return pa.table(QueryBuilder().register("t", DeltaTable(str(path))).execute("SELECT * FROM t").read_all()).to_pylist()
 
 
+def delta_summaries(path) -> list[dict]:
+    """The cdc keys (userMetadata) of each commit of the Delta table at `path`, oldest first."""
+    from deltalake import DeltaTable
+
+    return [json.loads(c["userMetadata"]) if c.get("userMetadata") else {}
+            for c in reversed(DeltaTable(str(path)).history())]
+
+
 def target_rows(catalog, ident: str, key: tuple[str, ...]) -> dict[tuple, dict]:
     return rows_by_key(catalog.load_table(ident).scan().to_arrow().to_pylist(), key)
 

@@ -3,7 +3,6 @@
 Nothing skips for lack of a service: a missing one fails the run."""
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -156,10 +155,9 @@ class Env:
         """The cdc keys of the target's commits, oldest first (Iceberg: the snapshots of the
         current ancestry's log; Delta: each commit's userMetadata)."""
         if self.sink == "delta":
-            from deltalake import DeltaTable
+            from tests.compare import delta_summaries
 
-            return [json.loads(c["userMetadata"]) if c.get("userMetadata") else {}
-                    for c in reversed(DeltaTable(str(self.delta_path(table))).history())]
+            return delta_summaries(self.delta_path(table))
         return [s.summary.additional_properties for s in self.catalog.load_table(f"{self.schema}.{table}").snapshots()]
 
     def target_ref(self, table: str) -> str:

@@ -11,17 +11,22 @@ from cdc.sinks.targets import DeltaTarget, open_table
 from tests.spark.test_merge_semantics import Harness
 
 
-def test_maintenance_compacts_expires_and_keeps_rows_and_offsets(scratch, table_name):
-    spark, catalog = scratch
-    h = Harness(spark, catalog, table_name)
+def small_merges(h, rounds: int) -> None:
+    """30 rows, then `rounds` small MERGE commits of updates and a delete each."""
     for i in range(30):
         h.topic.change("c", {"id": i, "v": "0", "n": i}, 100, 100 + i)
     h.apply()
-    for round_no in range(1, 6):  # small MERGE commits: position deletes and small files pile up
+    for round_no in range(1, rounds + 1):
         for i in range(round_no, 30, 4):
             h.topic.change("u", {"id": i, "v": str(round_no), "n": i}, 100 + round_no * 100, 1000 + round_no * 100 + i)
         h.topic.change("d", {"id": 30 - round_no, "v": "x", "n": 0}, 100 + round_no * 100, 1090 + round_no * 100)
         h.apply()
+
+
+def test_maintenance_compacts_expires_and_keeps_rows_and_offsets(scratch, table_name):
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)
+    small_merges(h, rounds=5)  # position deletes and small files pile up
     rows = h.rows()
     offsets = parse_offsets(iceberg_spark.last_committed_summary(iceberg_spark.load_table(spark, h.applier.target_ref)))
     before = table_files(spark, "scratch", h.ident)
@@ -97,14 +102,7 @@ def test_no_snapshot_expires_while_a_bootstrap_is_unfinished(scratch, table_name
 def test_delta_maintenance_compacts_purges_vacuums_and_keeps_rows_and_offsets(scratch, table_name, tmp_path):
     spark, catalog = scratch
     h = Harness(spark, catalog, table_name, sink="delta", delta_root=tmp_path)
-    for i in range(30):
-        h.topic.change("c", {"id": i, "v": "0", "n": i}, 100, 100 + i)
-    h.apply()
-    for round_no in range(1, 4):  # small MERGE commits: deletion vectors and small files pile up
-        for i in range(round_no, 30, 4):
-            h.topic.change("u", {"id": i, "v": str(round_no), "n": i}, 100 + round_no * 100, 1000 + round_no * 100 + i)
-        h.topic.change("d", {"id": 30 - round_no, "v": "x", "n": 0}, 100 + round_no * 100, 1090 + round_no * 100)
-        h.apply()
+    small_merges(h, rounds=3)  # deletion vectors and small files pile up
     rows = h.rows()
     offsets = parse_offsets(open_table(spark, h.applier.target_ref).last_committed_summary())
     before = DeltaTarget(spark, h.applier.target_ref).file_counts()

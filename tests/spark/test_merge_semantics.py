@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -19,6 +18,7 @@ from cdc.planning.position import source_part
 from cdc.sinks import delta
 from cdc.sinks.iceberg import ensure_table, target_properties
 from cdc.sources.types import Column
+from tests.compare import delta_records, delta_summaries
 from tests.events import Topic
 
 KAFKA_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -63,10 +63,7 @@ class Harness:
     def _read(self, suffix: str = "") -> list[dict]:
         """Every row of the target (or the table beside it with `suffix`), by the second reader."""
         if self.sink == "delta":
-            from deltalake import DeltaTable, QueryBuilder
-
-            table = DeltaTable(f"{self.path}{suffix}")
-            return pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()).to_pylist()
+            return delta_records(f"{self.path}{suffix}")
         return self.catalog.load_table(self.ident + suffix).scan().to_arrow().to_pylist()
 
     def rows(self):
@@ -81,10 +78,7 @@ class Harness:
     def summaries(self) -> list[dict]:
         """The cdc keys of each commit, oldest first (Iceberg: snapshot summaries; Delta: userMetadata)."""
         if self.sink == "delta":
-            from deltalake import DeltaTable
-
-            return [json.loads(c["userMetadata"]) if c.get("userMetadata") else {}
-                    for c in reversed(DeltaTable(str(self.path)).history())]
+            return delta_summaries(self.path)
         return [s.summary.additional_properties for s in self.catalog.load_table(self.ident).snapshots()]
 
     def last_operation(self) -> str:
