@@ -145,6 +145,10 @@ class CatalogSettings(Frozen):
     credential: SecretStr | None = None  # rest: OAuth2 client credentials, "<client_id>:<client_secret>"
     token: SecretStr | None = None  # rest: a bearer token
     properties: dict[str, str] = {}  # rest: further catalog properties, str -> str
+    # The Iceberg format of targets: 3 keeps one deletion vector per data file, so a batch's
+    # MERGE does not read more delete files with every batch before it; 2 for readers
+    # without format v3 (a target is created at 2 and raised by its job's first start).
+    format_version: Literal[2, 3] = 3
 
     @field_validator("name")
     @classmethod

@@ -111,12 +111,18 @@ class TableApplier:
     excluded: tuple[str, ...] = ()  # source columns never decoded nor added to the target
     masked: tuple[str, ...] = ()  # columns stored as their keyed hash (planning/protect.py)
     mask_key: bytes | None = field(default=None, repr=False)
+    format_version: int = 3  # an Iceberg target's format is raised to it (CatalogSettings.format_version)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
 
     def prepare(self, spark) -> "TableApplier":
-        """Create the table's delete memory if missing and drop entries past the horizon."""
+        """Raise an Iceberg target to the configured format, create the table's delete memory
+        if missing and drop entries past the horizon."""
         by_name = {c.name: c for c in self.columns}
         clause = TABLE_CLAUSES[format_of(self.target_ref)]
+        if format_of(self.target_ref) == "iceberg" and \
+                open_table(spark, self.target_ref).raise_format_version(self.format_version):
+            log(f"target raised to Iceberg format version {self.format_version}", table=self.name,
+                event="format-raised", format_version=self.format_version)
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
         spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
         if self.masked and not self.mask_key:

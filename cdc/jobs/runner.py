@@ -116,7 +116,8 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            source_kind=settings.sources[reg.source.name].kind,
                            registry=registry_of(settings, reg),
                            kafka_bootstrap=settings.kafka_bootstrap, mode=reg.mode, excluded=reg.exclude,
-                           masked=reg.mask, mask_key=mask_key(settings, reg)).prepare(spark)
+                           masked=reg.mask, mask_key=mask_key(settings, reg),
+                           format_version=settings.catalog.format_version).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
               .option("checkpointLocation", str(checkpoint)))
     writer = (writer.trigger(availableNow=True) if available_now

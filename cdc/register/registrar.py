@@ -32,7 +32,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         if reg.sink == "delta":
             created = delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run)
         else:
-            created = iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run)
+            created = iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run, settings=settings)
         done = ("would be created" if dry_run else "created") if created else "exists"
         print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
               + (f", {len(src.columns)} columns" if created else ""))
@@ -119,5 +119,5 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             if t.sink == "delta":
                 delta.mark_snapshotted(settings, t, how)
             else:
-                iceberg.mark_snapshotted(catalog, t, how)
+                iceberg.mark_snapshotted(catalog, t, how, settings)
     print(f"connector {name}: running, capturing {len(tables)} table(s)")

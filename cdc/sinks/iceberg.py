@@ -11,7 +11,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FloatType, IntegerType,
                              ListType, LongType, NestedField, StringType, TimestampType, TimestamptzType)
 
-from cdc.config.models import TableRegistration
+from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
 from cdc.planning.protect import protected_columns
 from cdc.sources.types import Column
@@ -137,9 +137,12 @@ def target_properties(reg: TableRegistration, columns: tuple[Column, ...], key: 
 
 
 def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
-                 topic: str, dry_run: bool = False) -> bool:
-    """Create the target if it is missing. True when created (with `dry_run`: when it would
-    be, and nothing changes). An existing target must have been registered with the same key."""
+                 topic: str, dry_run: bool = False, settings: Settings | None = None) -> bool:
+    """Create the target if it is missing (at format version 2, which pyiceberg writes; its
+    job raises it, see CatalogSettings.format_version). True when created (with `dry_run`:
+    when it would be, and nothing changes). An existing target must have been registered
+    with the same key; its properties are brought up to date (`settings` opens Spark for a
+    target at format version 3)."""
     try:
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
@@ -152,8 +155,7 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
                               hint="drop the target table and register again, or keep the original key")
         check_protection(reg, table.properties)
         if any(table.properties.get(k) != v for k, v in props.items()) and not dry_run:
-            with table.transaction() as tx:
-                tx.set_properties(props)
+            set_properties(table, reg.target, props, settings)
         return False
     if dry_run:
         return True
@@ -194,6 +196,21 @@ def snapshot_pending(catalog, tables: list[TableRegistration]) -> list[TableRegi
     return pending
 
 
-def mark_snapshotted(catalog, reg: TableRegistration, how: str) -> None:
-    with catalog.load_table(reg.target).transaction() as tx:
-        tx.set_properties({PROP_SNAPSHOT: how})
+def mark_snapshotted(catalog, reg: TableRegistration, how: str, settings: Settings | None = None) -> None:
+    set_properties(catalog.load_table(reg.target), reg.target, {PROP_SNAPSHOT: how}, settings)
+
+
+def set_properties(table, ident: str, props: dict[str, str], settings: Settings | None) -> None:
+    """Set properties of a pyiceberg `table`. pyiceberg cannot write format version 3
+    metadata, so a v3 table's are set through Spark's Iceberg (the Java API)."""
+    if table.metadata.format_version < 3:
+        with table.transaction() as tx:
+            tx.set_properties(props)
+        return
+    if settings is None:
+        raise ConfigError(f"target {ident} is at Iceberg format version 3: its properties are set through Spark")
+    from cdc.jobs.session import get_session
+    from cdc.planning.merge import table_ref
+    from cdc.sinks.targets import IcebergTarget
+
+    IcebergTarget(get_session(settings), table_ref(settings.catalog.name, ident)).set_properties(props)

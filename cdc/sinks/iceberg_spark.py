@@ -10,6 +10,18 @@ def load_table(spark, ref: str):
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, ref)
 
 
+def format_version(table) -> int:
+    return table.operations().current().formatVersion()
+
+
+def raise_format_version(table, version: int) -> bool:
+    """Raise the table's Iceberg format to `version` (never lowered); True when it changed."""
+    if format_version(table) >= version:
+        return False
+    table.updateProperties().set("format-version", str(version)).commit()
+    return True
+
+
 def properties(table) -> dict[str, str]:
     return {k: table.properties().get(k) for k in table.properties().keySet().toArray()}
 

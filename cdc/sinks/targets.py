@@ -76,6 +76,9 @@ class IcebergTarget:
     def has_column(self, name: str) -> bool:
         return self.table.schema().findField(name) is not None
 
+    def raise_format_version(self, version: int) -> bool:
+        return iceberg_spark.raise_format_version(self.table, version)
+
     def version(self):
         """The current snapshot id (None before the first)."""
         return iceberg_spark.current_snapshot_id(self.table)

@@ -110,11 +110,11 @@ def test_interrupted_jdbc_bootstrap_resumes_in_a_new_snapshot(it_env, capsys):
     assert_equal(it_env.dsn, s, "resumed", it_env.catalog, f"{s}.resumed", ("id",))
 
 
-def test_debezium_bootstrap_refills_through_the_incremental_snapshot(it_env, capsys):
+def test_debezium_bootstrap_refills_through_the_incremental_snapshot(it_env, spark, capsys):
     s = it_env.schema
     name = make_table(it_env, "viadbz", 2000)
     it_env.replicate("viadbz", it_env.marker())
-    it_env.catalog.load_table(f"{s}.viadbz").delete("id <= 100")  # damage behind the engine's back
+    spark.sql(f"DELETE FROM {it_env.target_ref('viadbz')} WHERE id <= 100")  # damage behind the engine's back
     stop, threads = churning(it_env, "viadbz", 2000, writers=1)
     try:
         capsys.readouterr()

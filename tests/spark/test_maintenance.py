@@ -92,8 +92,7 @@ def test_no_snapshot_expires_while_a_bootstrap_is_unfinished(scratch, table_name
     for round_no in range(3):
         h.topic.change("c", {"id": round_no, "v": "x", "n": 0}, 100, 100 + round_no)
         h.apply()
-    with catalog.load_table(h.ident).transaction() as tx:
-        tx.set_properties({PROPERTY: Bootstrap("b1", "jdbc", RUNNING, {0: 0}).to_json()})
+    open_table(spark, h.applier.target_ref).set_properties({PROPERTY: Bootstrap("b1", "jdbc", RUNNING, {0: 0}).to_json()})
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
     result = maintain_table(spark, "scratch", h.ident, Retention(snapshot_hours=0), now=later)
     assert result["after"]["snapshots"] >= result["before"]["snapshots"]  # compacted, nothing expired

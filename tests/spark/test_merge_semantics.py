@@ -31,7 +31,7 @@ class Harness:
     """A target of the scratch catalog (`sink="iceberg"`), or a Delta table under `delta_root`."""
 
     def __init__(self, spark, catalog, name, horizon_hours=168, on_error="dlq", mask_key=None, sink="iceberg",
-                 delta_root=None, **registration):
+                 delta_root=None, format_version=3, **registration):
         self.spark, self.catalog, self.sink = spark, catalog, sink
         reg = TableRegistration(name=f"ns.{name}", source={"name": "src", "schema": "public", "table": name},
                                 sink=sink, **registration)
@@ -50,8 +50,9 @@ class Harness:
                                     job="test", deletes_ref=refs[1],
                                     delete_horizon_hours=horizon_hours, on_error=on_error,
                                     dead_letters_ref=refs[2], mode=reg.mode,
-                                    excluded=reg.exclude, masked=reg.mask, mask_key=mask_key).prepare(spark)
-        self.ident = reg.target
+                                    excluded=reg.exclude, masked=reg.mask, mask_key=mask_key,
+                                    format_version=format_version).prepare(spark)
+        self.reg, self.ident = reg, reg.target
         self.batch_id = 0
 
     def apply(self, records=None):

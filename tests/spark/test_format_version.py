@@ -1,0 +1,64 @@
+"""Iceberg targets at format version 3: raised by the job, deletion vectors that stay one
+per data file, read back by pyiceberg, properties still written through `cdc register`."""
+from __future__ import annotations
+
+from cdc.sinks import iceberg_spark
+from cdc.sinks.iceberg import PROP_SNAPSHOT, mark_snapshotted
+from cdc.sinks.targets import open_table
+from tests.spark.test_merge_semantics import Harness
+
+
+def churn(h: Harness, rounds: int, keys: int = 40) -> None:
+    """A batch of inserts, then `rounds` batches updating and deleting some of them."""
+    for i in range(keys):
+        h.topic.change("c", {"id": i, "v": "new", "n": i}, 100, 100 + i)
+    h.apply()
+    for r in range(1, rounds + 1):
+        for i in range(r, keys, 3):
+            h.topic.change("u", {"id": i, "v": f"round {r}", "n": i}, 1000 * r, 1000 * r + i)
+        h.topic.change("d", {"id": keys - r, "v": "new", "n": keys - r}, 1000 * r, 1000 * r + 999)
+        h.apply()
+
+
+def expected(keys: int, rounds: int) -> dict[int, str]:
+    out = {i: "new" for i in range(keys)}
+    for r in range(1, rounds + 1):
+        out.update({i: f"round {r}" for i in range(r, keys, 3)})
+        out.pop(keys - r, None)
+    return out
+
+
+def delete_files(spark, ref: str) -> list[str]:
+    return [r["file_format"] for r in spark.sql(f"SELECT file_format FROM {ref}.delete_files").collect()]
+
+
+def test_a_target_is_raised_to_version_3_and_keeps_one_deletion_vector_per_data_file(scratch, table_name):
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)  # created at 2 (pyiceberg), raised by the job's start
+    table = open_table(spark, h.applier.target_ref).table
+    assert iceberg_spark.format_version(table) == 3
+    churn(h, rounds=4)
+    assert h.values() == expected(40, 4)  # read by pyiceberg, deletion vectors applied
+    formats = delete_files(spark, h.applier.target_ref)
+    assert formats and set(formats) == {"PUFFIN"}
+    live = spark.sql(f"SELECT file_path FROM {h.applier.target_ref}.data_files").count()
+    assert len(formats) <= live  # one vector per data file, however many batches deleted from it
+    h.applier.prepare(spark)  # a restart leaves it as it is
+    assert iceberg_spark.format_version(open_table(spark, h.applier.target_ref).table) == 3
+
+
+def test_version_2_keeps_position_delete_files(scratch, table_name):
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name, format_version=2)
+    assert iceberg_spark.format_version(open_table(spark, h.applier.target_ref).table) == 2
+    churn(h, rounds=2)
+    assert h.values() == expected(40, 2)
+    assert set(delete_files(spark, h.applier.target_ref)) == {"PARQUET"}
+
+
+def test_properties_of_a_version_3_target_are_set_through_spark(scratch, settings, table_name):
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)
+    at_scratch = settings.model_copy(update={"catalog": settings.catalog.model_copy(update={"name": "scratch"})})
+    mark_snapshotted(catalog, h.reg, "debezium", at_scratch)
+    assert catalog.load_table(h.ident).properties[PROP_SNAPSHOT] == "debezium"
