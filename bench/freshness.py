@@ -14,7 +14,7 @@ from collections import deque
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.workload import create_source_table, registration
+from bench.workload import create_source_table, drop_target, registration
 from cdc.control import commits
 from cdc.jobs.runner import run
 from cdc.register.connector import ConnectClient, connector_name, topic_for
@@ -126,6 +126,7 @@ def latencies(settings, topic: str, start: dict[int, int], snapshots, since_ms: 
 
 def measure(settings, catalog, rate: int, seconds: float) -> dict:
     reg = registration(settings, "fresh", captured=True)
+    drop_target(settings, catalog, reg)  # a new target, as every figure's
     create_source_table(settings, reg, rows=PREFILL)
     register(settings, [reg])
     run(settings, [reg], available_now=True)  # the snapshot of the prefilled rows

@@ -154,14 +154,19 @@ def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegist
     if topic is None:
         topic = f"_cdc_bench.{reg.name}.{int(time.time())}"
         ensure_topics(settings.kafka_bootstrap, [topic])
-    for ident in (reg.target, reg.target + DELETES_SUFFIX):
-        if catalog.table_exists(ident):
-            catalog.drop_table(ident)
+    drop_target(settings, catalog, reg)
     ensure_table(catalog, reg, columns, key, topic)
-    shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
     (initial_rows(spark, rows).writeTo(table_ref(settings.catalog.name, reg.target))
      .option("snapshot-property.cdc.offsets", json.dumps({topic: {"0": 0}})).append())
     return topic
+
+
+def drop_target(settings, catalog, reg: TableRegistration) -> None:
+    """No target, delete memory nor checkpoint left of an earlier run."""
+    for ident in (reg.target, reg.target + DELETES_SUFFIX):
+        if catalog.table_exists(ident):
+            catalog.drop_table(ident)
+    shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
 
 
 def timed(fn) -> float:

@@ -148,7 +148,7 @@ class TableApplier:
             batch = batch.where(~seen)
         if self.evolve_schema:
             with self.timer.step("schema"):
-                self._evolve(spark, table, batch, batch_id)
+                self._evolve(spark, table, batch, batch_id, committed)
         envelopes = batch if self.registry is None else avro.to_json_envelopes(batch, self.registry)
         events = decode(envelopes, self.columns, self.key, self.source_kind)
         if self.held:
@@ -160,14 +160,14 @@ class TableApplier:
         finally:
             events.unpersist()
 
-    def _evolve(self, spark, table, batch: DataFrame, batch_id: int) -> None:
+    def _evolve(self, spark, table, batch: DataFrame, batch_id: int, committed: dict[int, int]) -> None:
         """Design rule 7 before the batch is decoded: new source columns are added to the
         target, safe widenings applied; anything else stops the job (planning/schema.py).
         The schemas read are those of each partition's newest record in the batch."""
         if self.registry is not None:
             schemas = [avro.row_fields(text) for text in avro.newest_value_schemas(batch, self.registry)]
         else:
-            schemas = [row_fields(value) for value in self._newest_values(batch, batch_id)]
+            schemas = [row_fields(value) for value in self._newest_values(batch, batch_id, committed)]
         known = {c.name for c in self.columns}
         seen = []
         for fields in schemas:
@@ -222,11 +222,12 @@ class TableApplier:
         log(f"{total} bad record(s) of batch {batch_id} set aside in {self.dead_letters_ref}", table=self.name,
             event="dead-letters", level="warning", records=total, batch_id=batch_id)
 
-    def _newest_values(self, batch: DataFrame, batch_id: int) -> list:
+    def _newest_values(self, batch: DataFrame, batch_id: int, committed: dict[int, int]) -> list:
         """Each partition's newest non-null value in the batch: read from Kafka just before
-        the batch's planned end (the offset log gives its start and end), or, when that
-        does not tell, by a scan of the batch."""
-        start, end = self._planned_end(batch_id - 1) if batch_id else {}, self._planned_end(batch_id)
+        the batch's planned end (the offset log gives its end, and its start: the previous
+        batch's end, or on a first batch the offsets the table holds), or, when that does
+        not tell, by a scan of the batch."""
+        start, end = self._planned_end(batch_id - 1) if batch_id else committed, self._planned_end(batch_id)
         if self.kafka_bootstrap and end and set(end) <= set(start):
             values = newest_values(self.kafka_bootstrap, self.topic, {p: (start[p], e) for p, e in end.items()})
             if values is not None:
@@ -288,7 +289,10 @@ class TableApplier:
         toast = tuple(c.name for c in toastable(self.columns, self.key))
         names = tuple(c.name for c in self.columns)
         events = events.where(~F.col("_op").isin("t", NON_DATA))
-        remembered = spark.sql(remembered_deletes_sql(self.deletes_ref, self.key))
+        # Read as of the memory's current version: the batch's changes are persisted, and Spark
+        # recomputes a cached plan that reads a table it then writes (the memory's insert below).
+        remembered = spark.sql(remembered_deletes_sql(self.deletes_ref, self.key,
+                                                      open_table(spark, self.deletes_ref).version()))
         if self.mode == "history":  # every change is a version: no last change per key
             floor = table.properties().get(TRUNCATED_AT)
             changes = self._remembered(events.where(F.col("_position") > floor) if floor else events, remembered)

@@ -104,19 +104,22 @@ def _insert_guard(floor: str | None) -> str:
 
 def remember_deletes_sql(deletes: str, batch_view: str, key: tuple[str, ...]) -> str:
     """Append the batch's deletes (key, position, source time) to the table's delete memory:
-    one file and one commit, whatever the memory's size. A key deleted again gets a second
+    one file and one commit, whatever the memory's size (every batch reads the memory, and
+    a file costs more to open than its few rows to read). A key deleted again gets a second
     entry; readers take the newest position per key (`remembered_deletes_sql`)."""
     cols = ", ".join([q(k) for k in key] + ["_cdc_position", "_cdc_source_ts"])
     vals = ", ".join([q(k) for k in key] + ["_position", "_source_ts"])
-    return f"INSERT INTO {deletes} ({cols}) SELECT {vals} FROM {q(batch_view)} WHERE _op = 'd'"
+    return f"INSERT INTO {deletes} ({cols}) SELECT /*+ COALESCE(1) */ {vals} FROM {q(batch_view)} WHERE _op = 'd'"
 
 
-def remembered_deletes_sql(deletes: str, key: tuple[str, ...]) -> str:
+def remembered_deletes_sql(deletes: str, key: tuple[str, ...], version: int | None = None) -> str:
     """The newest remembered delete position per key, as `_deleted_<i>` key columns and
-    `_deleted_position`."""
+    `_deleted_position`; as of the memory's `version` (an Iceberg snapshot id or a Delta
+    version) when given."""
     keys = ", ".join(q(k) for k in key)
     aliased = ", ".join(f"{q(k)} AS `_deleted_{i}`" for i, k in enumerate(key))
-    return (f"SELECT {aliased}, max(_cdc_position) AS _deleted_position FROM {deletes} GROUP BY {keys}")
+    at = "" if version is None else f" VERSION AS OF {int(version)}"
+    return (f"SELECT {aliased}, max(_cdc_position) AS _deleted_position FROM {deletes}{at} GROUP BY {keys}")
 
 
 def forget_deletes_sql(deletes: str, horizon_hours: int) -> str:

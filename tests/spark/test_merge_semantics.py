@@ -233,6 +233,26 @@ def test_delete_memory_past_its_horizon_is_forgotten(scratch, table_name):
     assert (remembered, spark.table(h.applier.deletes_ref).count()) == (1, 0)
 
 
+def test_a_batch_adds_one_file_to_the_delete_memory(h):
+    """Every batch reads the whole memory: a batch's deletes go into one file, whatever the
+    number of partitions the batch was computed in."""
+    for i in range(40):
+        h.topic.change("c", {"id": i, "v": "a", "n": i}, 100, 100 + i)
+    h.apply()
+    for i in range(0, 40, 2):
+        h.topic.change("d", {"id": i, "v": "a", "n": i}, 200, 200 + i)
+    spark = h.spark
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")  # as many partitions as configured
+    try:
+        h.apply()
+    finally:
+        spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
+    files = (spark.sql(f"SELECT count(*) FROM {h.applier.deletes_ref}.files").first()[0] if h.sink == "iceberg"
+             else spark.sql(f"DESCRIBE DETAIL {h.applier.deletes_ref}").first()["numFiles"])
+    assert (files, spark.table(h.applier.deletes_ref).count()) == (1, 20)
+    assert sorted(h.values()) == list(range(1, 40, 2))
+
+
 def test_change_older_than_a_truncate_never_inserts(h):
     create = h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.apply()

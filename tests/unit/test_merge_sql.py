@@ -49,11 +49,12 @@ def test_truncate_floor_guards_inserts():
 
 def test_delete_memory_appends_and_is_read_by_the_newest_position():
     sql = remember_deletes_sql("`d`", "b", ("id",))
-    assert sql.startswith("INSERT INTO `d` (`id`, _cdc_position, _cdc_source_ts) SELECT `id`, _position, _source_ts")
+    assert sql.startswith("INSERT INTO `d` (`id`, _cdc_position, _cdc_source_ts) SELECT /*+ COALESCE(1) */ `id`, _position, _source_ts")
     assert sql.endswith("WHERE _op = 'd'")
     read = remembered_deletes_sql("`d`", ("id", "k"))
     assert "`id` AS `_deleted_0`, `k` AS `_deleted_1`, max(_cdc_position) AS _deleted_position" in read
-    assert read.endswith("GROUP BY `id`, `k`")
+    assert read.endswith("FROM `d` GROUP BY `id`, `k`")
+    assert remembered_deletes_sql("`d`", ("id",), 42).endswith("FROM `d` VERSION AS OF 42 GROUP BY `id`")
     assert "make_dt_interval(0, 24, 0, 0)" in forget_deletes_sql("`d`", 24)
 
 
