@@ -289,10 +289,7 @@ class TableApplier:
         toast = tuple(c.name for c in toastable(self.columns, self.key))
         names = tuple(c.name for c in self.columns)
         events = events.where(~F.col("_op").isin("t", NON_DATA))
-        # Read as of the memory's current version: the batch's changes are persisted, and Spark
-        # recomputes a cached plan that reads a table it then writes (the memory's insert below).
-        remembered = spark.sql(remembered_deletes_sql(self.deletes_ref, self.key,
-                                                      open_table(spark, self.deletes_ref).version()))
+        remembered = self._remembered_deletes(spark)
         if self.mode == "history":  # every change is a version: no last change per key
             floor = table.properties().get(TRUNCATED_AT)
             changes = self._remembered(events.where(F.col("_position") > floor) if floor else events, remembered)
@@ -320,6 +317,17 @@ class TableApplier:
         log(f"batch {batch_id} ({records:,} records) applied in {self.timer.line()}", table=self.name,
             event="batch-applied", batch_id=batch_id, records=records, seconds=round(self.timer.elapsed(), 3),
             steps={k: round(v, 3) for k, v in self.timer.steps.items()})
+
+    def _remembered_deletes(self, spark) -> DataFrame:
+        """The delete memory as of its current version: the batch's changes are persisted, and
+        Spark recomputes a cached plan that reads a table it then writes (the memory's insert).
+        A memory never written to (an Iceberg table without a snapshot) is not read at all."""
+        version = open_table(spark, self.deletes_ref).version()
+        if version is not None:
+            return spark.sql(remembered_deletes_sql(self.deletes_ref, self.key, version))
+        by_name = {c.name: c for c in self.columns}
+        keys = [f"`_deleted_{i}` {by_name[k].spark_type}" for i, k in enumerate(self.key)]
+        return spark.createDataFrame([], ", ".join([*keys, "_deleted_position STRING"]))
 
     def _remembered(self, changes: DataFrame, remembered: DataFrame) -> DataFrame:
         """`changes` with the newest remembered delete position of each key (`_deleted_position`)."""
