@@ -124,7 +124,8 @@ class TableApplier:
             log(f"target raised to Iceberg format version {self.format_version}", table=self.name,
                 event="format-raised", format_version=self.format_version)
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
-        spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
+        if open_table(spark, self.deletes_ref).written():  # an empty memory keeps no snapshot: none is read
+            spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
         if self.masked and not self.mask_key:
             raise ValueError(f"table {self.name}: masked columns need a masking key")
         if self.on_error == "dlq":
@@ -299,15 +300,14 @@ class TableApplier:
         else:
             changes = self._remembered(last_per_key(events, self.key, names, toast), remembered)
         view = f"cdc_batch_{self.name.replace('.', '__')}"
-        deletes = any(s.deletes for s in stats) and self.mode != "history"  # history keeps its own
-        if deletes:  # read twice, by the delete memory's insert and by the MERGE: computed once
-            changes = changes.persist()
         changes.createOrReplaceTempView(view)
-        try:
-            before = self._commit(spark, table, view, deletes, props, toast, batch_id)
-        finally:
-            if deletes:
-                changes.unpersist()
+        deletes = None
+        if any(s.deletes for s in stats) and self.mode != "history":  # history keeps its own
+            # The memory takes the batch's delete events (persisted), not the last change per
+            # key: a delete is remembered at its own position, so the dedupe runs once, in the MERGE.
+            deletes = f"cdc_deletes_{self.name.replace('.', '__')}"
+            events.createOrReplaceTempView(deletes)
+        before = self._commit(spark, table, view, deletes, props, toast, batch_id)
         table.refresh()
         if table.version() == before:
             table.commit_summary_only(props, self._txn(batch_id))
@@ -318,19 +318,17 @@ class TableApplier:
             event="batch-applied", batch_id=batch_id, records=records, seconds=round(self.timer.elapsed(), 3),
             steps={k: round(v, 3) for k, v in self.timer.steps.items()})
 
-    def _remembered_deletes(self, spark) -> DataFrame:
-        """The delete memory as of its current version: the batch's changes are persisted, and
-        Spark recomputes a cached plan that reads a table it then writes (the memory's insert).
-        A memory never written to (an Iceberg table without a snapshot) is not read at all."""
+    def _remembered_deletes(self, spark) -> DataFrame | None:
+        """The delete memory as of its current version, as it was before this batch's insert
+        (which the MERGE follows); None for a memory never written to (an Iceberg table
+        without a snapshot), which is not read at all."""
         version = open_table(spark, self.deletes_ref).version()
-        if version is not None:
-            return spark.sql(remembered_deletes_sql(self.deletes_ref, self.key, version))
-        by_name = {c.name: c for c in self.columns}
-        keys = [f"`_deleted_{i}` {by_name[k].spark_type}" for i, k in enumerate(self.key)]
-        return spark.createDataFrame([], ", ".join([*keys, "_deleted_position STRING"]))
+        return None if version is None else spark.sql(remembered_deletes_sql(self.deletes_ref, self.key, version))
 
-    def _remembered(self, changes: DataFrame, remembered: DataFrame) -> DataFrame:
+    def _remembered(self, changes: DataFrame, remembered: DataFrame | None) -> DataFrame:
         """`changes` with the newest remembered delete position of each key (`_deleted_position`)."""
+        if remembered is None:
+            return changes.withColumn("_deleted_position", F.lit(None).cast("string"))
         on = [F.col(q(k)).eqNullSafe(F.col(f"_deleted_{i}")) for i, k in enumerate(self.key)]
         return changes.join(remembered, on=reduce(lambda a, b: a & b, on), how="left").drop(
             *[f"_deleted_{i}" for i in range(len(self.key))])
@@ -343,13 +341,14 @@ class TableApplier:
             query = json.loads((self.checkpoint / "metadata").read_text().splitlines()[0]).get("id")
         return f"cdc:{self.name}:{query or self.job}", batch_id
 
-    def _commit(self, spark, table, view: str, deletes: bool, props: dict, toast: tuple[str, ...], batch_id: int):
-        """The delete memory's insert, then the target's one commit (a MERGE, or an append
-        into an empty target) stamped with the batch's offsets and identity; returns the
-        table's version before it."""
+    def _commit(self, spark, table, view: str, deletes: str | None, props: dict, toast: tuple[str, ...],
+                batch_id: int):
+        """The delete memory's insert of the `deletes` view's delete events, then the target's
+        one commit (a MERGE, or an append into an empty target) stamped with the batch's
+        offsets and identity; returns the table's version before it."""
         if deletes:  # before the target's commit: a crash in between re-runs both
             with self.timer.step("delete memory"):
-                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, view, self.key)),
+                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, deletes, self.key)),
                                           table=self.name)
         table.refresh()
         before = table.version()

@@ -233,6 +233,20 @@ def test_delete_memory_past_its_horizon_is_forgotten(scratch, table_name):
     assert (remembered, spark.table(h.applier.deletes_ref).count()) == (1, 0)
 
 
+def test_a_delete_memory_is_not_written_before_the_first_delete(scratch, table_name):
+    """Job starts and batches without deletes leave the memory without a snapshot, so no
+    batch reads it."""
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    h.apply()
+    h.applier.prepare(spark)  # a job start
+    assert catalog.load_table(h.ident + DELETES_SUFFIX).current_snapshot() is None
+    h.topic.change("d", {"id": 1, "v": "a", "n": 1}, 200, 210)
+    h.apply()
+    assert h.values() == {} and spark.table(h.applier.deletes_ref).count() == 1
+
+
 def test_a_batch_adds_one_file_to_the_delete_memory(h):
     """Every batch reads the whole memory: a batch's deletes go into one file, whatever the
     number of partitions the batch was computed in."""
