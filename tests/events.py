@@ -16,17 +16,30 @@ class Topic:
     key_columns: tuple[str, ...] = ("id",)
     records: list = field(default_factory=list)
 
-    def _add(self, key: dict | None, value: dict | None, offset: int | None = None) -> tuple:
+    def _add(self, key: dict | None, value: dict | None, offset: int | None = None,
+             headers: list | None = None) -> tuple:
         off = self.next_offset if offset is None else offset
         self.next_offset = max(self.next_offset, off + 1)
         rec = (None if key is None else json.dumps({"schema": {"type": "struct"}, "payload": key}).encode(),
                None if value is None else json.dumps({"schema": {"type": "struct"}, "payload": value}).encode(),
-               self.name, self.partition, off)
+               self.name, self.partition, off) + ((headers,) if headers else ())
         self.records.append(rec)
         return rec
 
+    def key_change(self, old: dict, new: dict, commit_lsn: int | None, lsn: int, ts_ms: int = 1_700_000_000_000,
+                   before: dict | None = None) -> None:
+        """A key change as Debezium writes it: a delete of the old key (with the row's `before`
+        under REPLICA IDENTITY FULL, else only its key), a tombstone, and a create of `new`,
+        at one source position, with the `__debezium.newkey`/`oldkey` headers."""
+        old_key = {k: old[k] for k in self.key_columns}
+        new_key = {k: new[k] for k in self.key_columns}
+        moved_to = [("__debezium.newkey", json.dumps(new_key).encode())]
+        self.change("d", before or old_key, commit_lsn, lsn, ts_ms, headers=moved_to)
+        self._add(old_key, None, headers=moved_to)
+        self.change("c", new, commit_lsn, lsn, ts_ms, headers=[("__debezium.oldkey", json.dumps(old_key).encode())])
+
     def change(self, op: str, row: dict, commit_lsn: int | None, lsn: int, ts_ms: int = 1_700_000_000_000,
-               offset: int | None = None) -> tuple:
+               offset: int | None = None, headers: list | None = None) -> tuple:
         key = {k: row[k] for k in self.key_columns}
         value = {
             "before": row if op == "d" else None,
@@ -35,7 +48,7 @@ class Topic:
                        "sequence": json.dumps([None if commit_lsn is None else str(commit_lsn), str(lsn)])},
             "op": op, "ts_ms": ts_ms,
         }
-        return self._add(key, value, offset)
+        return self._add(key, value, offset, headers)
 
     def tombstone(self, key: dict, offset: int | None = None) -> tuple:
         return self._add(key, None, offset)

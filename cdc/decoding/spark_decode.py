@@ -4,6 +4,8 @@ Input: the Kafka source's columns (key, value, topic, partition, offset). Output
 per record with the key columns, the data columns in target types, and
 `_op` (c/u/d/r/t, or `tombstone` for a null value), `_position`, `_txid`, `_source_ts`,
 `_partition`, `_offset`, and `_error` with `_error_class` (null, or why the record is bad).
+A key change is a delete of the old key (`_key_moved`) and a create of the new one whose
+`_from_<i>` columns give the old key (Debezium's `__debezium.newkey`/`oldkey` headers).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pyspark.sql import functions as F
 from cdc.decoding.envelope import Operation
 from cdc.planning.position import ROW_BITS
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.sources.types import TOASTABLE_KINDS, Column, toastable
+from cdc.sources.types import Column, placeholder_sql, toastable
 
 OPS = tuple(op.value for op in Operation)
 # With partial JSON results off (see jobs/session.py), a value that does not parse into its
@@ -24,6 +26,7 @@ OPS = tuple(op.value for op in Operation)
 NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope"
 VALUE_DOES_NOT_FIT = "a value of the envelope does not fit its column type"
 NON_DATA = "non-data"  # `_op` of a heartbeat, transaction marker or schema change: ignored
+OLD_KEY, NEW_KEY = "__debezium.oldkey", "__debezium.newkey"  # the headers of a key change's two events
 
 
 def _struct_ddl(columns: tuple[Column, ...]) -> str:
@@ -60,14 +63,23 @@ def _position_parts(kind: str) -> tuple[SparkColumn, SparkColumn]:
     return commit_lsn, event_lsn
 
 
+def _header(name: str) -> SparkColumn:
+    """The value of a record's header `name` as text (null when absent)."""
+    found = F.filter("headers", lambda h: h["key"] == F.lit(name))
+    return F.try_element_at(found, F.lit(1)).getField("value").cast("string")
+
+
 def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql") -> DataFrame:
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
+    headers = "headers" in raw.columns
     df = raw.select(
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
         F.from_json(F.col("value").cast("string"), value_schema(columns)).getField("payload").alias("_v"),
         F.col("value").isNull().alias("_null_value"), F.col("value"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
+        (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
+        (_header(NEW_KEY).isNotNull() if headers else F.lit(False)).alias("_new_key"),
     )
     # Only a record without a typed op is read again, loosely, every field as text: an
     # envelope whose values do not fit still has an op; heartbeats, transaction markers and
@@ -90,12 +102,18 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
     row = F.when(F.col("_op") == "d", F.col("_v.before")).otherwise(F.col("_v.after"))
     # An unchanged TOASTed value arrives as a placeholder: flagged, and never taken as data.
     toast = {c.name: i for i, c in enumerate(toastable(columns, key))}
-    unavailable = {name: F.coalesce(row.getField(name) == F.lit(TOASTABLE_KINDS[by_name[name].kind]), F.lit(False))
+    unavailable = {name: F.coalesce(row.getField(name) == F.expr(placeholder_sql(by_name[name])), F.lit(False))
                    for name in toast}
     data = [(F.col("_k").getField(c.name) if c.name in key else
              F.when(unavailable[c.name], F.lit(None)).otherwise(row.getField(c.name)) if c.name in toast else
              row.getField(c.name)).alias(c.name) for c in columns]
     flags = [unavailable[name].alias(f"_unavailable_{i}") for name, i in toast.items()]
+    # A key change: the old key of the new key's create (null when its header does not parse).
+    old_key = F.from_json(F.col("_old_key"), f"STRUCT<{_struct_ddl(key_cols)}>")
+    moved_from = F.col("_old_key").isNotNull() & (F.col("_op") == "c")
+    moved = [(moved_from, "_moved_from")] + [(F.when(moved_from, old_key.getField(k)), f"_from_{i}")
+                                              for i, k in enumerate(key)]
+    moved.append((F.col("_new_key") & (F.col("_op") == "d"), "_key_moved"))
     key_missing = reduce(lambda a, b: a | b, [F.col("_k").getField(k).isNull() for k in key], F.col("_k").isNull())
     upsert = F.col("_op").isin("c", "u", "r")
     # A required target column without a value (TOASTed placeholders excepted: they keep the stored one).
@@ -123,7 +141,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         error = F.when(cond, message if message is not None else F.lit(None).cast("string")).otherwise(error)
         error_class = F.when(cond, F.lit(cls).cast("string")).otherwise(error_class)
     out = df.select(
-        *data, *flags,
+        *data, *flags, *[c.alias(name) for c, name in moved],
         F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
@@ -139,5 +157,6 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         out = out.withColumn("_error", F.when(bad, F.concat(F.lit("value of column(s) "), names,
                                                             F.lit(" does not fit the column's type")))
                              .otherwise(F.col("_error")))
-    return out.select(*[F.expr(by_name[c].convert(q(c))).alias(c) if c in by_name else F.col(q(c))
+    wire = {**by_name, **{f"_from_{i}": by_name[k] for i, k in enumerate(key)}}
+    return out.select(*[F.expr(wire[c].convert(q(c))).alias(c) if c in wire else F.col(q(c))
                         for c in out.columns])

@@ -23,8 +23,9 @@ from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.history import history_changes, stored_versions
-from cdc.planning.merge import (append_sql, deletes_table_sql, forget_deletes_sql, history_merge_sql, merge_sql,
-                                remember_deletes_sql, remembered_deletes_sql, truncate_sql)
+from cdc.planning import unchanged
+from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_deletes_sql, history_merge_sql,
+                                merge_sql, remember_deletes_sql, remembered_deletes_sql, truncate_sql)
 from cdc.planning.protect import mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
@@ -124,8 +125,9 @@ class TableApplier:
             log(f"target raised to Iceberg format version {self.format_version}", table=self.name,
                 event="format-raised", format_version=self.format_version)
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
-        if open_table(spark, self.deletes_ref).written():  # an empty memory keeps no snapshot: none is read
-            spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
+        if not open_table(spark, self.deletes_ref).has_column(MOVED):  # a memory made by an older release
+            spark.sql(f"ALTER TABLE {self.deletes_ref} ADD COLUMN {MOVED} STRING")
+        self._forget_deletes(spark)
         if self.masked and not self.mask_key:
             raise ValueError(f"table {self.name}: masked columns need a masking key")
         if self.on_error == "dlq":
@@ -216,7 +218,7 @@ class TableApplier:
             F.col("_offset").alias("offset"), "key", "value", F.col("_error_class").alias("error_class"),
             F.col("_error").alias("error_message"), F.current_timestamp().alias("failed_at"),
             F.lit(batch_id).cast("bigint").alias("batch_id"), F.lit(self.job).alias("job"))
-        view = f"cdc_dead_{self.name.replace('.', '__')}"
+        view = self._view("cdc_dead")
         letters.createOrReplaceTempView(view)
         run_with_conflict_retries(lambda: spark.sql(dead_letters.record_sql(self.dead_letters_ref, view)),
                                   table=self.name)
@@ -244,8 +246,10 @@ class TableApplier:
 
     def _apply(self, spark, table, batch: DataFrame, events: DataFrame, summary: dict | None,
                committed: dict[int, int], planned_end: dict[int, int], batch_id: int) -> None:
+        toast = tuple(c.name for c in toastable(self.columns, self.key))
         with self.timer.step("decode"):
             stats = events.groupBy("_partition").agg(
+                *(unchanged.stats_columns(toast) if toast else []),
                 F.min("_offset").alias("first"), F.max("_offset").alias("last"),
                 F.max("_position").alias("position"),
                 F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
@@ -284,13 +288,33 @@ class TableApplier:
                 spark.sql(truncate_sql(self.target_ref, truncated, self.mode, at_ms))
             if truncated > (table.properties().get(TRUNCATED_AT) or ""):  # a replay never lowers it
                 table.set_properties({TRUNCATED_AT: truncated})
+            table.refresh()
             events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
-            spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
-        toast = tuple(c.name for c in toastable(self.columns, self.key))
+            self._forget_deletes(spark)
         names = tuple(c.name for c in self.columns)
         events = events.where(~F.col("_op").isin("t", NON_DATA))
         remembered = self._remembered_deletes(spark)
+        persisted: list[DataFrame] = []
+        try:
+            self._apply_changes(spark, table, batch, events, stats, props, names, toast, remembered, persisted,
+                                batch_id)
+        finally:
+            for df in persisted:
+                df.unpersist()
+
+    def _apply_changes(self, spark, table, batch: DataFrame, events: DataFrame, stats: list, props: dict,
+                       names: tuple[str, ...], toast: tuple[str, ...], remembered: DataFrame | None,
+                       persisted: list, batch_id: int) -> None:
+        moved = None
+        if toast and unchanged.needs_resolution(stats):
+            with self.timer.step("key changes"):
+                events, moved = unchanged.resolve_moves(
+                    events, self.key, toast, self._stored(spark, table, toast), self._moved_rows(spark),
+                    self.mode != "history", persisted)
+        if toast and any(s.placeholders for s in stats):
+            with self.timer.step("unchanged values"):
+                events = self._set_aside_unknown(spark, table, batch, events, toast, remembered, persisted, batch_id)
         if self.mode == "history":  # every change is a version: no last change per key
             floor = table.properties().get(TRUNCATED_AT)
             changes = self._remembered(events.where(F.col("_position") > floor) if floor else events, remembered)
@@ -299,24 +323,83 @@ class TableApplier:
             changes = history_changes(changes, stored, self.key, names, toast)
         else:
             changes = self._remembered(last_per_key(events, self.key, names, toast), remembered)
-        view = f"cdc_batch_{self.name.replace('.', '__')}"
+        view = self._view("cdc_batch")
         changes.createOrReplaceTempView(view)
         deletes = None
         if any(s.deletes for s in stats) and self.mode != "history":  # history keeps its own
             # The memory takes the batch's delete events (persisted), not the last change per
             # key: a delete is remembered at its own position, so the dedupe runs once, in the MERGE.
-            deletes = f"cdc_deletes_{self.name.replace('.', '__')}"
-            events.createOrReplaceTempView(deletes)
+            deletes = self._view("cdc_deletes")
+            if moved is None:
+                events.withColumn("_moved", F.lit(None).cast("string")).createOrReplaceTempView(deletes)
+            else:
+                events.join(moved, ["_partition", "_offset"], "left").createOrReplaceTempView(deletes)
         before = self._commit(spark, table, view, deletes, props, toast, batch_id)
         table.refresh()
         if table.version() == before:
             table.commit_summary_only(props, self._txn(batch_id))
         crash_point("after-commit")
+        self._log_applied(stats, batch_id)
+
+    def _stored(self, spark, table, toast: tuple[str, ...]) -> DataFrame:
+        """The target's rows as the key-change lookup reads them (planning/unchanged.py), as of
+        its version before this batch's commit."""
+        rows = self._target_rows(spark, table)
+        gone = F.col("_cdc_deleted") if self.mode == "soft_delete" else F.lit(False)
+        return rows.select(*[q(c) for c in (*self.key, *toast)], "_cdc_position", gone.alias("_gone"))
+
+    def _target_rows(self, spark, table) -> DataFrame:
+        version = table.version()
+        return spark.sql(f"SELECT * FROM {self.target_ref}" + ("" if version is None else
+                                                               f" VERSION AS OF {int(version)}"))
+
+    def _moved_rows(self, spark) -> DataFrame | None:
+        """The delete memory's copies of moved rows (None in history mode, which keeps its
+        versions, or for a memory never written to), as of its version before this batch."""
+        version = open_table(spark, self.deletes_ref).version()
+        if self.mode == "history" or version is None:
+            return None
+        return spark.sql(f"SELECT * FROM {self.deletes_ref} VERSION AS OF {int(version)}").where(
+            F.col(MOVED).isNotNull())
+
+    def _set_aside_unknown(self, spark, table, batch: DataFrame, events: DataFrame, toast: tuple[str, ...],
+                           remembered: DataFrame | None, persisted: list, batch_id: int) -> DataFrame:
+        """Changes that would write a row without an unchanged value nobody has go to the dead
+        letters (or stop the job, `on_error: fail`) instead of writing a null."""
+        rows = self._target_rows(spark, table)
+        if self.mode == "history":
+            held = rows.groupBy(*[q(k) for k in self.key]).agg(
+                F.max("_cdc_current").alias("_held"), F.max("_cdc_position").alias("_known"))
+        else:
+            held = rows.select(*[q(k) for k in self.key], F.lit(True).alias("_held"),
+                               F.col("_cdc_position").alias("_known"))
+        unknown = unchanged.unknown_values(events, self.key, toast, held, self.mode,
+                                           table.properties().get(TRUNCATED_AT), remembered).persist()
+        persisted.append(unknown)
+        if unknown.isEmpty():
+            return events
+        events = unchanged.set_aside(events, unknown, self.key, toast).persist()
+        persisted.append(events)
+        bad = events.where(F.col("_error").isNotNull()).count()
+        self._dead_letters(spark, batch, events, bad, batch_id)
+        return events.where(F.col("_error").isNull())
+
+    def _log_applied(self, stats: list, batch_id: int) -> None:
         records = sum(s.records for s in stats)
         metrics.batch_applied(self.name, records, sum(s.errors for s in stats), self.timer.elapsed(), self.timer.steps)
         log(f"batch {batch_id} ({records:,} records) applied in {self.timer.line()}", table=self.name,
             event="batch-applied", batch_id=batch_id, records=records, seconds=round(self.timer.elapsed(), 3),
             steps={k: round(v, 3) for k, v in self.timer.steps.items()})
+
+    def _view(self, prefix: str) -> str:
+        """The name of one of the table's temporary views."""
+        return f"{prefix}_{self.name.replace('.', '__')}"
+
+    def _forget_deletes(self, spark) -> None:
+        """Drop the delete memory's entries past the horizon. A memory never written to is
+        left as it is: a DELETE would commit an empty snapshot, and every batch read it."""
+        if open_table(spark, self.deletes_ref).written():
+            spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
 
     def _remembered_deletes(self, spark) -> DataFrame | None:
         """The delete memory as of its current version, as it was before this batch's insert

@@ -102,7 +102,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
               .option("subscribe", target.topic)
               .option("failOnDataLoss", "true")
-              .option("includeHeaders", "false")
+              .option("includeHeaders", "true")  # a key change's two events carry theirs
               # A topic with fewer partitions than cores is still read and decoded on every core.
               .option("minPartitions", str(spark.sparkContext.defaultParallelism))
               .options(**batch_sizing(reg.options, available_now))

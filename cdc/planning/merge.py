@@ -10,6 +10,7 @@ from __future__ import annotations
 from cdc.planning.sql import TOMBSTONE, q
 
 DELETES_SUFFIX = "__cdc_deletes"
+MOVED = "_cdc_moved"  # the delete memory's copy of a moved row's values (planning/unchanged.py)
 
 METADATA = {
     "_cdc_op": "_op",
@@ -103,12 +104,14 @@ def _insert_guard(floor: str | None) -> str:
 
 
 def remember_deletes_sql(deletes: str, batch_view: str, key: tuple[str, ...]) -> str:
-    """Append the batch's deletes (key, position, source time) to the table's delete memory:
+    """Append the batch's deletes (key, position, source time, and for a key change whose
+    create is in a later batch the moved row's unchanged values, `_moved`: planning/unchanged.py)
+    to the table's delete memory:
     one file and one commit, whatever the memory's size (every batch reads the memory, and
     a file costs more to open than its few rows to read). A key deleted again gets a second
     entry; readers take the newest position per key (`remembered_deletes_sql`)."""
-    cols = ", ".join([q(k) for k in key] + ["_cdc_position", "_cdc_source_ts"])
-    vals = ", ".join([q(k) for k in key] + ["_position", "_source_ts"])
+    cols = ", ".join([q(k) for k in key] + ["_cdc_position", "_cdc_source_ts", "_cdc_moved"])
+    vals = ", ".join([q(k) for k in key] + ["_position", "_source_ts", "_moved"])
     return f"INSERT INTO {deletes} ({cols}) SELECT /*+ COALESCE(1) */ {vals} FROM {q(batch_view)} WHERE _op = 'd'"
 
 
@@ -131,7 +134,8 @@ def forget_deletes_sql(deletes: str, horizon_hours: int) -> str:
 def deletes_table_sql(deletes: str, key_types: list[tuple[str, str]], clause: str) -> str:
     """The delete memory's CREATE TABLE; `clause` gives its format (USING ... TBLPROPERTIES ...)."""
     cols = ", ".join(f"{q(k)} {t} NOT NULL" for k, t in key_types)
-    return f"CREATE TABLE IF NOT EXISTS {deletes} ({cols}, _cdc_position STRING, _cdc_source_ts TIMESTAMP) {clause}"
+    return (f"CREATE TABLE IF NOT EXISTS {deletes} ({cols}, _cdc_position STRING, _cdc_source_ts TIMESTAMP, "
+            f"{MOVED} STRING) {clause}")
 
 
 def check_position(position: str) -> str:

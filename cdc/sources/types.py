@@ -13,6 +13,14 @@ METADATA_PREFIX = "_cdc_"
 UNAVAILABLE = "__debezium_unavailable_value"
 UNAVAILABLE_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
 TOASTABLE_KINDS = {"string": UNAVAILABLE, "binary": UNAVAILABLE_BASE64}
+# Arrays: Debezium's stand-in by element type. uuid[]: the name-based UUID of the placeholder
+# (Java's UUID.nameUUIDFromBytes); int4[] and int8[]: the placeholder's character codes.
+# int2[], float4[], float8[] and bool[] arrive as null, which is not told from a real null:
+# `ambiguous_arrays` names them, and REPLICA IDENTITY FULL makes Debezium send their value.
+UNAVAILABLE_UUID = "b68a35a7-17ad-35b3-af2a-ae46edb4545a"
+_CODES = ", ".join(str(ord(ch)) for ch in UNAVAILABLE)
+ARRAY_PLACEHOLDERS = {"_uuid": f"array('{UNAVAILABLE_UUID}')", "_int4": f"array({_CODES})",
+                      "_int8": "array(" + ", ".join(f"{ord(ch)}L" for ch in UNAVAILABLE) + ")"}
 
 # ±infinity (documented in docs/types.md): the largest and smallest values the target keeps.
 MAX_TS, MIN_TS = "9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"
@@ -171,9 +179,28 @@ class Column:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+def placeholder_sql(column: "Column") -> str | None:
+    """Spark SQL for the wire value Debezium sends in place of an unchanged TOASTed value of
+    `column`, or None when the column has none."""
+    if column.kind in TOASTABLE_KINDS:
+        return f"'{TOASTABLE_KINDS[column.kind]}'"
+    if column.kind == "array" and column.element == "string":
+        return ARRAY_PLACEHOLDERS.get(column.source_type, f"array('{UNAVAILABLE}')")
+    if column.kind == "array":
+        return ARRAY_PLACEHOLDERS.get(column.source_type)
+    return None
+
+
 def toastable(columns: tuple["Column", ...], key: tuple[str, ...]) -> tuple["Column", ...]:
     """Non-key columns whose value may arrive as the unavailable-value placeholder."""
-    return tuple(c for c in columns if c.kind in TOASTABLE_KINDS and c.name not in key)
+    return tuple(c for c in columns if placeholder_sql(c) is not None and c.name not in key)
+
+
+def ambiguous_arrays(columns: tuple["Column", ...]) -> tuple["Column", ...]:
+    """PostgreSQL array columns whose unchanged TOASTed value Debezium sends as null under
+    REPLICA IDENTITY DEFAULT, like a real null."""
+    return tuple(c for c in columns if c.kind == "array" and c.source_type.startswith("_")
+                 and placeholder_sql(c) is None)
 
 
 def postgres_column(name: str, data_type: str, nullable: bool, numeric_precision: int | None,

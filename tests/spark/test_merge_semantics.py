@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from cdc.config.models import TableRegistration
 from cdc.control.commits import parse_offsets
@@ -23,7 +23,9 @@ from tests.events import Topic
 
 KAFKA_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
                            StructField("topic", StringType()), StructField("partition", IntegerType()),
-                           StructField("offset", LongType())])
+                           StructField("offset", LongType()),
+                           StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                                        StructField("value", BinaryType())])))])
 COLUMNS = (Column("id", "int", nullable=False), Column("v", "string"), Column("n", "decimal", True, 10, 2))
 
 
@@ -31,7 +33,7 @@ class Harness:
     """A target of the scratch catalog (`sink="iceberg"`), or a Delta table under `delta_root`."""
 
     def __init__(self, spark, catalog, name, horizon_hours=168, on_error="dlq", mask_key=None, sink="iceberg",
-                 delta_root=None, format_version=3, **registration):
+                 delta_root=None, format_version=3, columns=COLUMNS, **registration):
         self.spark, self.catalog, self.sink = spark, catalog, sink
         reg = TableRegistration(name=f"ns.{name}", source={"name": "src", "schema": "public", "table": name},
                                 sink=sink, **registration)
@@ -39,13 +41,13 @@ class Harness:
         if sink == "delta":
             self.path = delta_root / name
             refs = [delta.ref(delta_root / (name + suffix)) for suffix in ("", DELETES_SUFFIX, DEAD_LETTERS)]
-            columns, props = target_properties(reg, COLUMNS, ("id",), self.topic.name)
-            spark.sql(delta.create_sql(refs[0], columns, reg.mode, reg.mask, props))
+            target_columns, props = target_properties(reg, columns, ("id",), self.topic.name)
+            spark.sql(delta.create_sql(refs[0], target_columns, reg.mode, reg.mask, props))
         else:
-            ensure_table(catalog, reg, COLUMNS, ("id",), self.topic.name)
+            ensure_table(catalog, reg, columns, ("id",), self.topic.name)
             refs = [table_ref("scratch", reg.target), deletes_ref("scratch", reg.target),
                     dead_letters_ref("scratch", reg.target)]
-        columns = tuple(c for c in COLUMNS if c.name not in reg.exclude)
+        columns = tuple(c for c in columns if c.name not in reg.exclude)
         self.applier = TableApplier(reg.name, refs[0], self.topic.name, columns, ("id",),
                                     job="test", deletes_ref=refs[1],
                                     delete_horizon_hours=horizon_hours, on_error=on_error,
@@ -57,7 +59,8 @@ class Harness:
 
     def apply(self, records=None):
         records = self.topic.take() if records is None else records
-        self.applier(self.spark.createDataFrame(records, KAFKA_SCHEMA), self.batch_id)
+        rows = [r if len(r) == 6 else (*r, []) for r in records]  # records without headers have none
+        self.applier(self.spark.createDataFrame(rows, KAFKA_SCHEMA), self.batch_id)
         self.batch_id += 1
         return records
 
