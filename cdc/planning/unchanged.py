@@ -94,27 +94,33 @@ def resolve_moves(events: DataFrame, key: tuple[str, ...], toast: tuple[str, ...
         requests = requests.unionByName(deletes)
     requests = requests.persist()
     persisted.append(requests)
-    wanted = requests.select(*[F.col(f"_q{i}").alias(k) for i, k in enumerate(key)]).distinct()
+    # The lookups are small: broadcast, so the batch and the target are not shuffled for them.
+    wanted = F.broadcast(requests.select(*[F.col(f"_q{i}").alias(k) for i, k in enumerate(key)]).distinct())
     fixed = _stored_candidates(stored.join(wanted, list(key), "left_semi"), key, toast)
     if memory is not None:
         fixed = fixed.unionByName(_memory_candidates(memory.join(wanted, list(key), "left_semi"), key, toast,
                                                      moved_type))
     fixed = fixed.persist()
     persisted.append(fixed)
-    events = events.withColumn("_settled", F.lit(False))
+    # The batch's candidates are few (the wanted keys' changes): each round settles the moves
+    # whose answers are known there, not the whole batch.
+    batch = _batch_candidates(events, wanted, key, toast).persist()
+    persisted.append(batch)
     pending, settled = requests, []
     for _ in range(MAX_ROUNDS):
-        winners = _winners(pending, _batch_candidates(events, wanted, key, toast).unionByName(fixed), key, n)
-        winners = winners.persist()
+        winners = _winners(pending, batch.drop("_cp", "_co").unionByName(fixed), key, n).persist()
         persisted.append(winners)
         blocked = _any([F.col(f"_need_{j}") & (F.col(f"_s{j}") == CHAIN) for j in range(n)])
+        pending = winners.where(blocked).select(*requests.columns)
+        if pending.count() == 0:
+            settled.append(winners)
+            break
         done = winners.where(~blocked)
         settled.append(done)
-        events = _filled(events, done.where(~F.col("_rdelete")), toast)
-        pending = winners.where(blocked).select(*requests.columns)
-        if pending.isEmpty():
-            break
+        batch = _settle(batch, done.where(~F.col("_rdelete")), n).persist()
+        persisted.append(batch)
     resolved = reduce(DataFrame.unionByName, settled)
+    events = _filled(events, resolved.where(~F.col("_rdelete")), toast)
     moved = None
     if remember:
         fields = [F.when(F.col(f"_s{j}") == KNOWN, F.struct(F.col(f"_v{j}").alias("v"))).alias(c)
@@ -122,7 +128,7 @@ def resolve_moves(events: DataFrame, key: tuple[str, ...], toast: tuple[str, ...
         moved = resolved.where("_rdelete").select(
             F.col("_rp").alias("_partition"), F.col("_ro").alias("_offset"),
             F.to_json(F.struct(*fields)).alias("_moved"))
-    return events.drop("_settled"), moved
+    return events, moved
 
 
 def _candidate(key: tuple[str, ...], position, memory: bool, states: list, values: list) -> list:
@@ -141,11 +147,27 @@ def _batch_candidates(events: DataFrame, wanted: DataFrame, key: tuple[str, ...]
     for j in range(len(toast)):
         lacks = F.col(f"_unavailable_{j}")
         states.append(F.when(F.col("_op") == "d", UNKNOWN).when(upsert & ~lacks, KNOWN)
-                      .when(F.col("_moved_from") & F.col("_settled"), UNKNOWN)
                       .when(F.col("_moved_from"), CHAIN))
     return events.where(F.col("_op").isin("c", "u", "r", "d") & F.col("_error").isNull()).join(
         wanted, list(key), "left_semi").select(
-        *_candidate(key, F.col("_position"), False, states, [F.col(q(c)) for c in toast]))
+        *_candidate(key, F.col("_position"), False, states, [F.col(q(c)) for c in toast]),
+        F.col("_partition").alias("_cp"), F.col("_offset").alias("_co"))
+
+
+def _settle(batch: DataFrame, done: DataFrame, n: int) -> DataFrame:
+    """The batch's candidates with the settled moves' answers: what a chain link asked is
+    now known, or known to be unknown."""
+    answers = done.select("_rp", "_ro", *[F.col(f"_s{j}").alias(f"_a{j}") for j in range(n)],
+                          *[F.col(f"_v{j}").alias(f"_b{j}") for j in range(n)])
+    joined = batch.join(F.broadcast(answers), (F.col("_cp") == F.col("_rp")) & (F.col("_co") == F.col("_ro")),
+                        "left")
+    settled = {}
+    for j in range(n):
+        asked = F.col("_rp").isNotNull() & (F.col(f"_s{j}") == CHAIN)
+        settled[f"_s{j}"] = F.when(asked, F.when(F.col(f"_a{j}") == KNOWN, KNOWN).otherwise(UNKNOWN)).otherwise(
+            F.col(f"_s{j}"))
+        settled[f"_v{j}"] = F.when(asked, F.col(f"_b{j}")).otherwise(F.col(f"_v{j}"))
+    return joined.withColumns(settled).select(*batch.columns)
 
 
 def _stored_candidates(stored: DataFrame, key: tuple[str, ...], toast: tuple[str, ...]) -> DataFrame:
@@ -181,14 +203,12 @@ def _filled(events: DataFrame, done: DataFrame, toast: tuple[str, ...]) -> DataF
     """`events` with the values found for settled creates (placeholders found stay flagged)."""
     found = done.select("_rp", "_ro", *[c for j in range(len(toast)) for c in (
         (F.col(f"_s{j}") == KNOWN).alias(f"_k{j}"), F.col(f"_v{j}").alias(f"_f{j}"))])
-    joined = events.join(found, (F.col("_partition") == F.col("_rp")) & (F.col("_offset") == F.col("_ro")), "left")
-    hit = F.col("_rp").isNotNull()
+    joined = events.join(F.broadcast(found), (F.col("_partition") == F.col("_rp")) & (F.col("_offset") == F.col("_ro")), "left")
     filled = {}
     for j, c in enumerate(toast):
         known = F.coalesce(F.col(f"_k{j}"), F.lit(False)) & F.col(f"_unavailable_{j}")
         filled[c] = F.when(known, F.col(f"_f{j}")).otherwise(F.col(q(c)))
         filled[f"_unavailable_{j}"] = F.col(f"_unavailable_{j}") & ~known
-    filled["_settled"] = F.col("_settled") | hit
     return joined.withColumns(filled).select(*events.columns)
 
 

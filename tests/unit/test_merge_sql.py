@@ -49,7 +49,8 @@ def test_truncate_floor_guards_inserts():
 
 def test_delete_memory_appends_and_is_read_by_the_newest_position():
     sql = remember_deletes_sql("`d`", "b", ("id",))
-    assert sql.startswith("INSERT INTO `d` (`id`, _cdc_position, _cdc_source_ts) SELECT /*+ COALESCE(1) */ `id`, _position, _source_ts")
+    assert sql.startswith("INSERT INTO `d` (`id`, _cdc_position, _cdc_source_ts, _cdc_moved) "
+                          "SELECT /*+ COALESCE(1) */ `id`, _position, _source_ts, _moved")
     assert sql.endswith("WHERE _op = 'd'")
     read = remembered_deletes_sql("`d`", ("id", "k"))
     assert "`id` AS `_deleted_0`, `k` AS `_deleted_1`, max(_cdc_position) AS _deleted_position" in read
