@@ -378,8 +378,7 @@ class TableApplier:
         persisted.append(unknown)
         if unknown.isEmpty():
             return events
-        events = unchanged.set_aside(events, unknown, self.key, toast).persist()
-        persisted.append(events)
+        events = unchanged.set_aside(events, unknown, self.key, toast)  # the batch's events are cached already
         bad = events.where(F.col("_error").isNotNull()).count()
         self._dead_letters(spark, batch, events, bad, batch_id)
         return events.where(F.col("_error").isNull())

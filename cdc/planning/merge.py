@@ -110,7 +110,7 @@ def remember_deletes_sql(deletes: str, batch_view: str, key: tuple[str, ...]) ->
     one file and one commit, whatever the memory's size (every batch reads the memory, and
     a file costs more to open than its few rows to read). A key deleted again gets a second
     entry; readers take the newest position per key (`remembered_deletes_sql`)."""
-    cols = ", ".join([q(k) for k in key] + ["_cdc_position", "_cdc_source_ts", "_cdc_moved"])
+    cols = ", ".join([q(k) for k in key] + ["_cdc_position", "_cdc_source_ts", MOVED])
     vals = ", ".join([q(k) for k in key] + ["_position", "_source_ts", "_moved"])
     return f"INSERT INTO {deletes} ({cols}) SELECT /*+ COALESCE(1) */ {vals} FROM {q(batch_view)} WHERE _op = 'd'"
 
