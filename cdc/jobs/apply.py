@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
@@ -254,8 +254,9 @@ class TableApplier:
                 F.max("_position").alias("position"),
                 F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
                 F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
-                F.max(F.when(F.col("_op") == "t", F.col("_position"))).alias("truncate"),
-                F.max(F.when(F.col("_op") == "t", F.unix_millis("_source_ts"))).alias("truncate_ms"),
+                F.collect_set(F.when(F.col("_op") == "t", F.struct(F.col("_position").alias("position"),
+                                                                    F.unix_millis("_source_ts").alias("ms"))))
+                .alias("truncates"),
                 F.sum((F.col("_op") == "d").cast("int")).alias("deletes"), F.count("*").alias("records"),
             ).collect()
         if not stats:
@@ -281,31 +282,51 @@ class TableApplier:
                                            self.job, max(positions) if positions else None,
                                            max(ts) if ts else None, summary, self.topic_id)
         crash_point("before-merge")
-        truncated = max((s.truncate for s in stats if s.truncate), default=None)
-        if truncated:
-            with self.timer.step("truncate"):
-                at_ms = max((s.truncate_ms for s in stats if s.truncate_ms is not None), default=None)
-                spark.sql(truncate_sql(self.target_ref, truncated, self.mode, at_ms))
-            if truncated > (table.properties().get(TRUNCATED_AT) or ""):  # a replay never lowers it
-                table.set_properties({TRUNCATED_AT: truncated})
-            table.refresh()
-            events = events.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncated))
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             self._forget_deletes(spark)
         names = tuple(c.name for c in self.columns)
-        events = events.where(~F.col("_op").isin("t", NON_DATA))
-        remembered = self._remembered_deletes(spark)
+        truncates = sorted({(t.position, t.ms) for s in stats for t in s.truncates if t.position})
+        data = events.where(~F.col("_op").isin("t", NON_DATA))
         persisted: list[DataFrame] = []
         try:
-            self._apply_changes(spark, table, batch, events, stats, props, names, toast, remembered, persisted,
-                                batch_id)
+            if truncates and self.mode != "upsert":
+                # History and soft_delete keep what a truncate ends: the changes before each
+                # truncate of the batch are applied first (position-guarded, so a re-run batch
+                # adds nothing), then the truncate, then the changes after it.
+                lower = None
+                for position, at_ms in truncates:
+                    segment = data.where(F.col("_position") < position)
+                    if lower:
+                        segment = segment.where(F.col("_position") > lower)
+                    self._apply_changes(spark, table, batch, segment, stats, props, names, toast, persisted,
+                                        batch_id, final=False)
+                    self._truncate(spark, table, position, at_ms)
+                    lower = position
+            elif truncates:  # upsert: what precedes the last truncate is gone
+                self._truncate(spark, table, *truncates[-1])
+            if truncates:
+                data = data.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncates[-1][0]))
+            self._apply_changes(spark, table, batch, data, stats, props, names, toast, persisted, batch_id)
         finally:
             for df in persisted:
                 df.unpersist()
 
+    def _truncate(self, spark, table, position: str, at_ms: int | None) -> None:
+        """A truncate at `position`: the target's rows written before it go (upsert), are
+        marked (soft_delete) or end their open versions at its commit time (history); older
+        changes never insert again (`TRUNCATED_AT`)."""
+        with self.timer.step("truncate"):
+            spark.sql(truncate_sql(self.target_ref, position, self.mode, at_ms))
+        if position > (table.properties().get(TRUNCATED_AT) or ""):  # a replay never lowers it
+            table.set_properties({TRUNCATED_AT: position})
+        table.refresh()
+
     def _apply_changes(self, spark, table, batch: DataFrame, events: DataFrame, stats: list, props: dict,
-                       names: tuple[str, ...], toast: tuple[str, ...], remembered: DataFrame | None,
-                       persisted: list, batch_id: int) -> None:
+                       names: tuple[str, ...], toast: tuple[str, ...], persisted: list, batch_id: int,
+                       final: bool = True) -> None:
+        """The batch's changes (or, `final` false, those before one of its truncates) in one
+        commit; only the final commit carries the batch's offsets and identity."""
+        remembered = self._remembered_deletes(spark)
         moved = None
         if toast and unchanged.needs_resolution(stats):
             with self.timer.step("key changes"):
@@ -322,7 +343,8 @@ class TableApplier:
                                      events.select(*[q(k) for k in self.key]).distinct(), self.key, toast)
             changes = history_changes(changes, stored, self.key, names, toast)
         else:
-            changes = self._remembered(last_per_key(events, self.key, names, toast), remembered)
+            changes = self._remembered(last_per_key(events, self.key, names, toast, self.mode == "soft_delete"),
+                                      remembered)
         view = self._view("cdc_batch")
         changes.createOrReplaceTempView(view)
         deletes = None
@@ -334,8 +356,10 @@ class TableApplier:
                 events.withColumn("_moved", F.lit(None).cast("string")).createOrReplaceTempView(deletes)
             else:
                 events.join(moved, ["_partition", "_offset"], "left").createOrReplaceTempView(deletes)
-        before = self._commit(spark, table, view, deletes, props, toast, batch_id)
+        before = self._commit(spark, table, view, deletes, props if final else None, toast, batch_id)
         table.refresh()
+        if not final:
+            return
         if table.version() == before:
             table.commit_summary_only(props, self._txn(batch_id))
         crash_point("after-commit")
@@ -423,11 +447,11 @@ class TableApplier:
             query = json.loads((self.checkpoint / "metadata").read_text().splitlines()[0]).get("id")
         return f"cdc:{self.name}:{query or self.job}", batch_id
 
-    def _commit(self, spark, table, view: str, deletes: str | None, props: dict, toast: tuple[str, ...],
+    def _commit(self, spark, table, view: str, deletes: str | None, props: dict | None, toast: tuple[str, ...],
                 batch_id: int):
         """The delete memory's insert of the `deletes` view's delete events, then the target's
         one commit (a MERGE, or an append into an empty target) stamped with the batch's
-        offsets and identity; returns the table's version before it."""
+        offsets and identity (unless `props` is None); returns the table's version before it."""
         if deletes:  # before the target's commit: a crash in between re-runs both
             with self.timer.step("delete memory"):
                 run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, deletes, self.key)),
@@ -441,7 +465,7 @@ class TableApplier:
             statement = append_sql(self.target_ref, view, names, floor, self.mode)
         else:
             statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast, mode=self.mode)
-        with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), \
-                table.stamped(props, self._txn(batch_id)):
+        stamp = table.stamped(props, self._txn(batch_id)) if props is not None else nullcontext()
+        with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), stamp:
             run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
         return before

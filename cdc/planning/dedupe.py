@@ -5,26 +5,31 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc.planning.sql import TOMBSTONE, q
+from cdc.planning.sql import TOMBSTONE, VALUES_AT, q
 
 CARRIED = ("_op", "_position", "_source_ts", "_partition", "_offset")
 
 
 def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ...],
-                 toastable: tuple[str, ...] = ()) -> DataFrame:
+                 toastable: tuple[str, ...] = (), keep_values: bool = False) -> DataFrame:
     """One row per key: the change with the highest position; a tombstone that follows it in
     its partition turns it into a delete; a key with only tombstones keeps one `tombstone`
     row (applied against the stored row's Kafka offset by the MERGE). A `toastable` column
     takes the newest value the batch really carries (placeholders skipped), with `_has_<i>`
-    false when it carries none, so the MERGE keeps the stored value."""
+    false when it carries none, so the MERGE keeps the stored value. With `keep_values`
+    (soft_delete) a key whose last change is a delete keeps the values of its newest upsert,
+    and `_values_at` gives that upsert's position (null when the batch has none)."""
     values = [c for c in columns if c not in key] + list(CARRIED)
     is_change = F.col("_op") != TOMBSTONE
     is_tomb = F.col("_op") == TOMBSTONE
+    is_upsert = F.col("_op").isin("c", "u", "r")
     grouped = events.groupBy(*[q(k) for k in key]).agg(
         F.max_by(F.when(is_change, F.struct(*[q(v) for v in values])), F.when(is_change, F.col("_position")))
         .alias("_w"),
         F.max_by(F.when(is_tomb, F.struct("_partition", "_offset")), F.when(is_tomb, F.col("_offset"))).alias("_t"),
         *[agg for i, c in enumerate(toastable) for agg in _known_value(i, c)],
+        *([F.max_by(F.when(is_upsert, F.struct(*[q(v) for v in values])), F.when(is_upsert, F.col("_position")))
+           .alias("_u")] if keep_values else []),
     )
     lone_tomb = F.col("_w").isNull()
     # Offsets compare only within one partition (a key's records share one unless the
@@ -33,8 +38,11 @@ def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ..
                   & (F.col("_t._offset") > F.col("_w._offset")))
     out = [F.col(q(k)) for k in key]
     toast = {c: i for i, c in enumerate(toastable)}
-    out += [(F.col(f"_tv_{toast[c]}") if c in toast else F.col("_w").getField(c)).alias(c)
+    kept = "_u" if keep_values else "_w"
+    out += [(F.col(f"_tv_{toast[c]}") if c in toast else F.col(kept).getField(c)).alias(c)
             for c in columns if c not in key]
+    if keep_values:
+        out.append(F.col("_u._position").alias(VALUES_AT))
     out += [F.coalesce(F.col(f"_th_{i}"), F.lit(False)).alias(f"_has_{i}") for i in toast.values()]
     out += [
         F.when(lone_tomb, F.lit(TOMBSTONE)).when(tomb_after, F.lit("d")).otherwise(F.col("_w._op")).alias("_op"),

@@ -7,7 +7,7 @@ and re-applying a batch changes nothing.
 """
 from __future__ import annotations
 
-from cdc.planning.sql import TOMBSTONE, q
+from cdc.planning.sql import TOMBSTONE, VALUES_AT, q
 
 DELETES_SUFFIX = "__cdc_deletes"
 MOVED = "_cdc_moved"  # the delete memory's copy of a moved row's values (planning/unchanged.py)
@@ -27,7 +27,8 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
     when absent and newer than the key's remembered delete (`_deleted_position` of the
     batch view) and than the last truncate (`floor`); a lone tombstone deletes only a row
     written earlier in its partition. In `soft_delete` mode a delete marks the row
-    (`_cdc_deleted`, with the delete's position, so older changes still lose) instead."""
+    (`_cdc_deleted`, with the delete's position, so older changes still lose) instead, and a
+    key created and deleted within the batch is inserted marked (`_inserted`)."""
     # A row without a position (written by another tool) yields to any change. Kafka's
     # (partition, offset) ends the position, so a redelivered event rewrites its own row
     # with the same values; events sharing one LSN still apply in log order across batches.
@@ -43,9 +44,15 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
     tomb = (f"s._op = '{TOMBSTONE}' AND s._partition = t._cdc_kafka_partition"
             f" AND s._offset > t._cdc_kafka_offset")
     if mode == "soft_delete":
-        delete = ("UPDATE SET t._cdc_deleted = true, t._cdc_op = 'd', t._cdc_position = s._position, "
-                  "t._cdc_source_ts = s._source_ts, t._cdc_kafka_partition = s._partition, "
-                  "t._cdc_kafka_offset = s._offset")
+        # The deleted row keeps the newest values the batch's changes carried before the
+        # delete (`_values_at`: their position) when they are newer than the stored ones.
+        fresh = f"(s.{VALUES_AT} IS NOT NULL AND (t._cdc_position IS NULL OR s.{VALUES_AT} > t._cdc_position))"
+        values = ", ".join(
+            f"t.{name} = CASE WHEN {fresh}{' AND s._has_' + str(toastable.index(c)) if c in toastable else ''} "
+            f"THEN s.{name} ELSE t.{name} END" for c in columns if c not in key for name in [q(c)])
+        delete = (f"UPDATE SET {values + ', ' if values else ''}t._cdc_deleted = true, t._cdc_op = 'd', "
+                  "t._cdc_position = s._position, t._cdc_source_ts = s._source_ts, "
+                  "t._cdc_kafka_partition = s._partition, t._cdc_kafka_offset = s._offset")
         tomb_delete = ("UPDATE SET t._cdc_deleted = true, t._cdc_op = 'd', t._cdc_kafka_offset = s._offset")
         tomb += " AND NOT t._cdc_deleted"
     else:
@@ -55,7 +62,7 @@ def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple
         f"WHEN MATCHED AND s._op = 'd' AND {newer} THEN {delete}\n"
         f"WHEN MATCHED AND {tomb} THEN {tomb_delete}\n"
         f"WHEN MATCHED AND s._op IN ('c', 'u', 'r') AND {newer} THEN UPDATE SET {set_clause}\n"
-        f"WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND {_insert_guard(floor)} "
+        f"WHEN NOT MATCHED AND {_inserted(mode)} AND {_insert_guard(floor)} "
         f"THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
     )
 
@@ -67,7 +74,7 @@ def append_sql(target: str, batch_view: str, columns: tuple[str, ...], floor: st
     assign = _assignments(columns, mode)
     return (f"INSERT INTO {target} ({', '.join(name for name, _ in assign)}) "
             f"SELECT {', '.join(value for _, value in assign)} FROM {q(batch_view)} s "
-            f"WHERE s._op IN ('c', 'u', 'r') AND {_insert_guard(floor)}")
+            f"WHERE {_inserted(mode)} AND {_insert_guard(floor)}")
 
 
 def history_merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple[str, ...]) -> str:
@@ -84,7 +91,7 @@ def history_merge_sql(target: str, batch_view: str, key: tuple[str, ...], column
 
 MODE_VALUES = {  # what a new or updated row's mode columns get
     "upsert": {},
-    "soft_delete": {"_cdc_deleted": "false"},
+    "soft_delete": {"_cdc_deleted": "s._op = 'd'"},
     "history": {"_cdc_valid_from": "s._source_ts", "_cdc_valid_to": "s._valid_to", "_cdc_current": "s._last"},
 }
 
@@ -93,6 +100,15 @@ def _assignments(columns: tuple[str, ...], mode: str = "upsert") -> list[tuple[s
     """(target column, batch view expression) for the data, `_cdc_*` and mode columns."""
     return ([(q(c), f"s.{q(c)}") for c in columns] + [(q(m), f"s.{q(src)}") for m, src in METADATA.items()]
             + [(q(m), value) for m, value in MODE_VALUES[mode].items()])
+
+
+def _inserted(mode: str) -> str:
+    """The batch rows that insert a row their key lacks: its upserts, and in soft_delete mode
+    a key created and deleted within the batch too (kept, marked deleted, with the values
+    its changes carried), so that a soft-delete target holds every key the source held,
+    however the changes were cut into batches."""
+    upsert = "s._op IN ('c', 'u', 'r')"
+    return f"({upsert} OR (s._op = 'd' AND s.{VALUES_AT} IS NOT NULL))" if mode == "soft_delete" else upsert
 
 
 def _insert_guard(floor: str | None) -> str:

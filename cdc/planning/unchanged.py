@@ -231,9 +231,10 @@ def unknown_values(events: DataFrame, key: tuple[str, ...], toast: tuple[str, ..
         has = [F.max(upsert & ~F.col(f"_unavailable_{j}")).alias(f"_h{j}") for j in range(len(toast))]
         keys = changes.groupBy(*[q(k) for k in key]).agg(
             *has, F.max_by("_op", "_position").alias("_last"), F.max("_position").alias("_p"),
-            F.max("_moved_from").alias("_moved"))
-        keys = keys.where((F.col("_last") != "d") & ~reduce(lambda a, b: a & b,
-                                                             [F.col(f"_h{j}") for j in range(len(toast))]))
+            F.max("_moved_from").alias("_moved"), F.max(upsert).alias("_upserts"))
+        # soft_delete writes a key created and deleted within the batch too, with its values
+        written = F.col("_upserts") if mode == "soft_delete" else F.col("_last") != "d"
+        keys = keys.where(written & ~reduce(lambda a, b: a & b, [F.col(f"_h{j}") for j in range(len(toast))]))
         keys = keys.select(*[q(k) for k in key], "_p", "_moved")
     keys = keys.join(held, list(key), "left").where(F.col("_held").isNull() | ~F.col("_held"))
     keys = keys.where(F.col("_p") > F.coalesce(F.col("_known"), F.lit("")))

@@ -56,7 +56,13 @@ def test_schema_per_mode():
 def test_sql_per_mode():
     soft = merge_sql("t", "v", ("id",), ("id", "email"), mode="soft_delete")
     assert "THEN DELETE" not in soft and "t._cdc_deleted = true, t._cdc_op = 'd', t._cdc_position = s._position" in soft
-    assert "`_cdc_deleted` = false" in soft.replace("t.`_cdc_deleted`", "`_cdc_deleted`")
+    # a deleted row keeps the values of the batch's newest upsert when they are newer than its own
+    assert ("t.`email` = CASE WHEN (s._values_at IS NOT NULL AND (t._cdc_position IS NULL OR "
+            "s._values_at > t._cdc_position)) THEN s.`email` ELSE t.`email` END") in soft
+    assert "`_cdc_deleted` = s._op = 'd'" in soft.replace("t.`_cdc_deleted`", "`_cdc_deleted`")
+    # a key created and deleted within the batch is inserted, marked deleted
+    assert "WHEN NOT MATCHED AND (s._op IN ('c', 'u', 'r') OR (s._op = 'd' AND s._values_at IS NOT NULL))" in soft
+    assert "WHEN NOT MATCHED AND s._op IN ('c', 'u', 'r') AND" in merge_sql("t", "v", ("id",), ("id", "email"))
     assert "THEN DELETE" in merge_sql("t", "v", ("id",), ("id", "email"))
     hist = history_merge_sql("t", "v", ("id",), ("id", "email"))
     assert "ON t.`id` = s.`id` AND s._role = 'c' AND t._cdc_current" in hist
