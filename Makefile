@@ -8,7 +8,7 @@ CDC := $(VENV)/bin/cdc
 JARS := .cache/jars
 MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS)
 
-.PHONY: setup run test test-unit test-spark test-integration smoke bench bench-quick stack-up stack-down clean
+.PHONY: setup run test test-unit test-spark test-integration differential smoke bench bench-quick stack-up stack-down clean
 
 setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
 
@@ -43,6 +43,11 @@ test: stack-up
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit
+
+# The differential test's long run: DIFF_ROUNDS rounds of its seeded workload (CDC_DIFF_SEED=N repeats one).
+DIFF_ROUNDS ?= 12
+differential: stack-up
+	$(PY) -m pytest -ra tests/chaos/test_differential.py --diff-rounds $(DIFF_ROUNDS)
 
 bench: stack-up
 	$(PY) -m bench

@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def pytest_addoption(parser):
     parser.addoption("--soak", type=int, default=0, metavar="SECONDS",
                      help="chaos tier: run the randomized workload this long (default: a short CI run)")
+    parser.addoption("--diff-rounds", type=int, default=2, metavar="N",
+                     help="chaos tier: rounds of the differential test's workload (default: a short CI run)")
 
 
 def pytest_collection_modifyitems(config, items):
