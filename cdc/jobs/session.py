@@ -62,6 +62,13 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
         "spark.sql.redaction.string.regex": "(?i)(0x|x')[0-9a-f]{128}",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # What the driver keeps of finished queries, jobs and stages, UI or not: a job that
+        # runs for weeks keeps the newest few, not a thousand plans.
+        "spark.sql.ui.retainedExecutions": "50",
+        "spark.ui.retainedJobs": "100",
+        "spark.ui.retainedStages": "100",
+        "spark.ui.retainedTasks": "10000",
+        "spark.sql.streaming.ui.retainedQueries": "100",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",  # a cluster's executors, as the driver

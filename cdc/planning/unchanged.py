@@ -108,17 +108,17 @@ def resolve_moves(events: DataFrame, key: tuple[str, ...], toast: tuple[str, ...
     persisted.append(batch)
     pending, settled = requests, []
     for _ in range(MAX_ROUNDS):
-        winners = _winners(pending, batch.drop("_cp", "_co").unionByName(fixed), key, n).persist()
-        persisted.append(winners)
+        # Each round's results are checkpointed (a few rows): a round's plan then starts from
+        # them, not from every round before it, so plans stay small however long the chain.
+        winners = _winners(pending, batch.drop("_cp", "_co").unionByName(fixed), key, n).localCheckpoint()
         blocked = _any([F.col(f"_need_{j}") & (F.col(f"_s{j}") == CHAIN) for j in range(n)])
         pending = winners.where(blocked).select(*requests.columns)
-        if pending.count() == 0:
+        if pending.isEmpty():
             settled.append(winners)
             break
         done = winners.where(~blocked)
         settled.append(done)
-        batch = _settle(batch, done.where(~F.col("_rdelete")), n).persist()
-        persisted.append(batch)
+        batch = _settle(batch, done.where(~F.col("_rdelete")), n).localCheckpoint()
     resolved = reduce(DataFrame.unionByName, settled)
     events = _filled(events, resolved.where(~F.col("_rdelete")), toast)
     moved = None
