@@ -139,12 +139,12 @@ def _maintain(args) -> int:
 
 
 def _status(args) -> int:
-    from cdc.report.status import format_text, status
+    from cdc.report.status import format_text, healthy, status
 
     settings = load_settings(args.config)
-    rows = status(settings, load_tables(settings, args.table))
-    print(json.dumps({"tables": rows}, indent=2) if args.json else format_text(rows))
-    return 0
+    rows, captures = status(settings, load_tables(settings, args.table))
+    print(json.dumps({"tables": rows, "sources": captures}, indent=2) if args.json else format_text(rows, captures))
+    return 0 if not args.check or healthy(rows, captures) else 1
 
 
 def parser() -> argparse.ArgumentParser:
@@ -193,6 +193,8 @@ def parser() -> argparse.ArgumentParser:
     ss = sub.add_parser("status", help="lag, committed position, last snapshot and job state per table")
     ss.add_argument("--table", help="only this registered table (default: all)")
     ss.add_argument("--json", action="store_true", help="print JSON")
+    ss.add_argument("--check", action="store_true",
+                    help="exit 1 when a source does not capture or a table's job has failed")
     ss.set_defaults(func=_status)
 
     rp = sub.add_parser("replay", help="re-read a window of a table's topic and re-apply it")

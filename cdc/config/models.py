@@ -41,8 +41,18 @@ class StackSettings(Frozen):
     start_timeout_s: int = Field(180, ge=5)
 
 
+MIB = 1024 * 1024
+
+
 class KafkaSettings(Frozen):
     bootstrap_servers: str | None = None  # None: the local stack's broker
+    # The largest change record (one row's event, as serialized) that capture carries: the
+    # stack's broker, the topics cdc creates, the connectors' producers and the jobs'
+    # consumers accept records up to this size. A larger row stops its source's capture,
+    # and `cdc status` names it with this setting.
+    max_record_bytes: int = Field(32 * MIB, ge=MIB, le=1024 * MIB)
+    # How the connectors' producers compress change records on their way to Kafka.
+    compression: Literal["zstd", "lz4", "snappy", "gzip", "none"] = "zstd"
 
 
 class ConnectSettings(Frozen):

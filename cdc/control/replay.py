@@ -48,6 +48,38 @@ def parse_position_arg(text: str) -> tuple[int, int]:
     return int(text[33:41], 16), int(text[41:], 16)
 
 
+def check_start(topic: str, marks: dict[int, tuple[int, int]], *, offsets: str | None = None,
+                timestamp: str | None = None, position: str | None = None,
+                offsets_at=None, **_) -> None:
+    """Refuse, before Spark starts, a replay start that Kafka cannot serve: a partition the
+    topic lacks, an offset below 0, gone from Kafka or past the end, a time after the last
+    record. `marks`: each partition's (earliest, end) offsets; `offsets_at(ms)`: each
+    partition's first offset at or after a time (None where there is none)."""
+    given = parse_offsets_arg(offsets, topic) if offsets else {}
+    if position:
+        given = dict([parse_position_arg(position)])
+    for p, o in sorted(given.items()):
+        if p not in marks:
+            raise ConfigError(f"partition {p} is not a partition of topic {topic} (it has {sorted(marks)})")
+        earliest, end = marks[p]
+        if o < 0:
+            raise ConfigError(f"offset {o} of partition {p} is negative: Kafka offsets start at 0")
+        if o < earliest:
+            raise ConfigError(f"offset {o} of partition {p} of topic {topic} is no longer in Kafka (the earliest "
+                              f"it holds is {earliest})",
+                              hint="replay from there (or --from-earliest); what went before is gone from Kafka: "
+                                   "`cdc bootstrap` refills the table from the source")
+        if o > end:
+            raise ConfigError(f"offset {o} of partition {p} is past the end of topic {topic} ({end}): "
+                              f"there is nothing to replay from there")
+    if timestamp and offsets_at is not None:
+        ms = parse_timestamp_arg(timestamp)
+        if not any(o is not None for o in offsets_at(ms).values()):
+            at = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
+            raise ConfigError(f"topic {topic} holds no record at or after {at}: there is nothing to replay",
+                              hint="choose an earlier time, or --from-earliest")
+
+
 def window(topic: str, partitions: list[int], *, earliest: bool = False, offsets: str | None = None,
            timestamp: str | None = None, position: str | None = None) -> dict[str, str]:
     """Kafka source options that start a replay of `topic` at the chosen point."""

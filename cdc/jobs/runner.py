@@ -17,14 +17,15 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
 from cdc.control.gaps import REFILL, check_offsets_available
-from cdc.control.replay import window as replay_window
+from cdc.control.replay import check_start, window as replay_window
 from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError, DependencyError
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
 from cdc.register.connector import topic_for
-from cdc.register.topics import existing_topics, topic_id, watermarks
+from cdc.register.topics import existing_topics, offsets_at, topic_id, watermarks
 from cdc.report import metrics
+from cdc.report.capture import source_capture
 from cdc.report.log import log
 from cdc.planning.protect import mask_key
 from cdc.sinks.iceberg import check_protection, table_columns
@@ -103,6 +104,8 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               .option("subscribe", target.topic)
               .option("failOnDataLoss", "true")
               .option("includeHeaders", "true")  # a key change's two events carry theirs
+              # a record up to the configured size comes in one fetch
+              .option("kafka.max.partition.fetch.bytes", str(settings.kafka.max_record_bytes))
               # A topic with fewer partitions than cores is still read and decoded on every core.
               .option("minPartitions", str(spark.sparkContext.defaultParallelism))
               .options(**batch_sizing(reg.options, available_now))
@@ -173,6 +176,9 @@ def replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
 
 
 def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
+    topic = topic_for(reg.source.name, reg)
+    check_start(topic, watermarks(settings.kafka_bootstrap, topic),  # before Spark starts
+                offsets_at=lambda ms: offsets_at(settings.kafka_bootstrap, topic, ms), **window_args)
     spark = get_session(settings).newSession()
     target = open_target(spark, settings, reg)
     start = replay_window(target.topic, sorted(watermarks(settings.kafka_bootstrap, target.topic)), **window_args)
@@ -230,13 +236,30 @@ def read_lag(settings: Settings, reg: TableRegistration) -> int | None:
 
 
 def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
-    """Every LAG_EVERY_S until `stop`: each table's lag, off the supervisor's loop (a
-    Kafka outage stalls only this thread)."""
+    """Every LAG_EVERY_S until `stop`: each table's lag and each source's capture, off the
+    supervisor's loop (a Kafka or Connect outage stalls only this thread)."""
+    capturing: dict[str, bool] = {}
     while True:
         for reg in tables:
             read_lag(settings, reg)
+        for source in sorted({t.source.name for t in tables}):
+            watch_capture(settings, source, capturing)
         if stop.wait(LAG_EVERY_S):
             return
+
+
+def watch_capture(settings: Settings, source: str, capturing: dict[str, bool]) -> None:
+    """The source's capture as a gauge, and one log line when it stops and one when it is
+    back (`capturing`: what the previous look found, per source)."""
+    found = source_capture(settings, source, slot=False)
+    metrics.CAPTURING.labels(source).set(1 if found["capturing"] else 0)
+    before = capturing.get(source, True)
+    if before and not found["capturing"]:
+        log(f"source {source} is not capturing: {found['reason']}", event="capture-stopped", level="warning",
+            source=source, reason=found["reason"])
+    elif found["capturing"] and not before:
+        log(f"source {source} is capturing again", event="capture-resumed", source=source)
+    capturing[source] = found["capturing"]
 
 
 class Supervisor:

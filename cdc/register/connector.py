@@ -8,10 +8,11 @@ from pathlib import Path
 
 import requests
 
-from cdc.config.models import Settings, TableRegistration
+from cdc.config.models import MIB, Settings, TableRegistration
 from cdc.errors import ConnectorError, DependencyError
 
 AVRO_CONVERTER = "avro-converter.json"  # the converter keys of a source with `format: avro`
+DOWN = ("FAILED", "PAUSED", "STOPPED")  # connector and task states that capture nothing
 
 
 def connector_name(source: str) -> str:
@@ -21,6 +22,11 @@ def connector_name(source: str) -> str:
 def topic_for(source: str, reg: TableRegistration) -> str:
     """Debezium's topic of a table: <topic.prefix>.<schema>.<table>, prefix = source name."""
     return f"{source}.{reg.source.schema_}.{reg.source.table}"
+
+
+def slot_name(settings: Settings, source: str) -> str:
+    """A PostgreSQL source's replication slot."""
+    return settings.sources[source].slot_name or f"cdc_{source}"
 
 
 def server_id(source: str) -> int:
@@ -45,7 +51,7 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
                       database_include_list=",".join(sorted({i.split(".")[0] for i in include.split(",")})))
     else:
         template = "postgres-connector.json"
-        values.update(slot_name=src.slot_name or f"cdc_{source}",
+        values.update(slot_name=slot_name(settings, source),
                       publication_name=src.publication_name or f"cdc_{source}")
     doc = json.loads((settings.path(settings.debezium_dir) / template).read_text())
     if src.format == "avro":  # the converter keys of the template, replaced
@@ -57,7 +63,19 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
     explicit = sorted(f"{t.source.schema_}.{t.source.table}:{','.join(t.key)}" for t in tables if t.key)
     if explicit:
         config["message.key.columns"] = ";".join(explicit)
+    config.update(record_size_config(settings))
     return config
+
+
+def record_size_config(settings: Settings) -> dict:
+    """The connector's producer takes change records up to `kafka.max_record_bytes`,
+    compressed, and the topics it creates accept them (a record must also fit the
+    producer's buffer)."""
+    limit = settings.kafka.max_record_bytes
+    return {"producer.override.max.request.size": str(limit),
+            "producer.override.buffer.memory": str(max(32 * MIB, 2 * limit)),
+            "producer.override.compression.type": settings.kafka.compression,
+            "topic.creation.default.max.message.bytes": str(limit)}
 
 
 class ConnectClient:
@@ -94,9 +112,28 @@ class ConnectClient:
         r = self._call("GET", f"/connectors/{name}/offsets")
         return [o.get("offset") or {} for o in r.json().get("offsets", [])] if r.ok else []
 
-    def restart_failed(self, name: str) -> None:
-        """Restart the connector's failed tasks (after an outage of Kafka or the source)."""
-        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
+    def not_running(self, name: str) -> list[dict]:
+        """The connector (id `connector`) and tasks that are failed, paused or stopped, each
+        with its id, state and trace."""
+        found = self.status(name) or {}
+        down = [{"id": "connector", **found["connector"]}] if found.get("connector", {}).get("state") in DOWN else []
+        return down + [t for t in found.get("tasks", []) if t.get("state") in DOWN]
+
+    def restart_failed(self, name: str, timeout_s: float = 30) -> None:
+        """Restart the connector and tasks that failed (once the cause is fixed: an outage
+        of Kafka or the source, a record over the size limit) and resume a paused or stopped
+        connector; return once Connect has taken the request (its state then shows no old
+        failure), or after `timeout_s` (a task that fails again is reported by the waits)."""
+        down = self.not_running(name)
+        if not down:
+            return
+        if any(d["state"] in ("PAUSED", "STOPPED") for d in down):
+            self._call("PUT", f"/connectors/{name}/resume")
+        if any(d["state"] == "FAILED" for d in down):
+            self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
+        deadline = time.monotonic() + timeout_s
+        while self.not_running(name) and time.monotonic() < deadline:
+            time.sleep(0.3)
 
     def delete(self, name: str) -> None:
         r = self._call("DELETE", f"/connectors/{name}")

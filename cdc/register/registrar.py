@@ -11,6 +11,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.register.connector import (ConnectClient, connector_config, connector_name, secret_file_ref, topic_for,
                                     write_secret)
 from cdc.register.topics import ensure_topics, existing_topics
+from cdc.report.capture import task_error
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.targets import shown_name
@@ -98,8 +99,16 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
     with kind.connect(settings, source) as conn:
         kind.check_binlog(conn, source)
         kind.ensure_signal_table(conn, src.signal_table)
-        ensure_topics(settings.kafka_bootstrap, [topic_for(source, t) for t in tables])
+        ensure_topics(settings.kafka_bootstrap, [topic_for(source, t) for t in tables],
+                      settings.kafka.max_record_bytes)
+        down = client.not_running(name)
         client.put_config(name, config)
+        client.restart_failed(name)  # what the new config did not restart already
+        for was in down:
+            cause = task_error(was.get("trace"))[1]
+            what = f"connector {name}" + ("" if was["id"] == "connector" else f" task {was['id']}")
+            print(f"{what} was {was['state']}" + (f" ({cause[:200]})" if cause else "")
+                  + ("; resumed" if was["state"] != "FAILED" else "; restarted"))
         client.wait_task_config(name, "table.include.list", config["table.include.list"])
         client.wait_running(name)
         if not wait_snapshot:

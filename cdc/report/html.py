@@ -7,7 +7,7 @@ import datetime as dt
 import math
 from html import escape
 
-COLORS = {"OK": "#1a7f37", "DRIFT": "#cf222e", "IN-FLIGHT": "#9a6700"}
+COLORS = {"OK": "#1a7f37", "DRIFT": "#cf222e", "IN-FLIGHT": "#9a6700", "CAPTURE-STOPPED": "#cf222e"}
 SOURCE, TARGET, LAG = "#0969da", "#8250df", "#bc4c00"
 WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 720, 240, 70, 60, 20, 40
 

@@ -18,6 +18,7 @@ STEP_SECONDS = Counter("cdc_batch_step_seconds", "Wall time spent in each step o
                        ["table", "step"])
 LAG = Gauge("cdc_lag_records", "Records in Kafka not yet applied, per partition", ["table", "partition"])
 FAILURES = Counter("cdc_table_failures", "Failures of a table's query (retried or given up)", ["table"])
+CAPTURING = Gauge("cdc_source_capturing", "1 while the source's connector and tasks run, else 0", ["source"])
 
 APPLY_STEPS = ("truncate", "delete memory", "merge", "append")  # what follows decoding: the apply proper
 

@@ -1,6 +1,7 @@
 """`cdc reconcile`: per table, the source's row count (read in one snapshot, with the WAL
 position it reflects) against the target's, once the target has caught up with that
-position; OK, DRIFT, or IN-FLIGHT when changes are still in transit."""
+position; OK, DRIFT, IN-FLIGHT when changes are still in transit, or CAPTURE-STOPPED when
+the source's capture does not run (then nothing can be said of the changes it holds)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -19,20 +20,22 @@ from cdc.planning.sql import q
 from cdc.report import history
 from cdc.report.log import log
 from cdc.report.deep import differences
+from cdc.report.capture import source_capture
 from cdc.report.status import table_status
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import live_rows_filter
 from cdc.sources import module_of, postgres
 
-OK, DRIFT, IN_FLIGHT = "OK", "DRIFT", "IN-FLIGHT"
+OK, DRIFT, IN_FLIGHT, CAPTURE_STOPPED = "OK", "DRIFT", "IN-FLIGHT", "CAPTURE-STOPPED"
 PROGRESS_EVERY_S = 10  # how often a table still in flight logs what it waits for
 
 
 def verdict(source_rows: int, target_rows: int | None, caught_up: bool, target_past_source: bool) -> str:
-    """OK when the counts agree; a difference is DRIFT only once the target has applied
-    everything up to the source's count and nothing after it, else IN-FLIGHT."""
-    if target_rows == source_rows:
+    """OK when the counts agree and the target has applied every change captured up to the
+    source's count; a difference is DRIFT only once it has applied everything up to the
+    source's count and nothing after it; else IN-FLIGHT."""
+    if target_rows == source_rows and caught_up:
         return OK
     return DRIFT if caught_up and not target_past_source else IN_FLIGHT
 
@@ -74,9 +77,12 @@ def _target_count(settings: Settings, catalog, reg: TableRegistration, snapshot_
 
 
 def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration,
-                    wait_s: float, deep=None, clock=time.monotonic, sleep=time.sleep) -> dict:
+                    wait_s: float, deep=None, clock=time.monotonic, sleep=time.sleep,
+                    capture: dict | None = None) -> dict:
     """One table's row. `deep(reg, snapshot, target_snapshot_id)`, when given, compares the
-    rows themselves once the target has caught up."""
+    rows themselves once the target has caught up. `capture` (report/capture.py): its
+    source's; a source that does not capture is reported at once, without waiting."""
+    stopped = capture is not None and not capture["capturing"]
     deep_reads = deep is not None and settings.sources[reg.source.name].kind == "postgresql"
     with _source_count(settings, reg, deep_reads) as (source_rows, source_position, shown, marker, snapshot):
         deadline, shown_at = clock() + wait_s, clock()
@@ -86,7 +92,7 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
             status = table_status(settings, catalog, reg)
             target_rows = _target_count(settings, catalog, reg, status.get("snapshot_id"))
             caught_up = captured and status.get("registered", False) and status["lag"] == 0
-            if (target_rows == source_rows and deep is None) or caught_up or clock() >= deadline:
+            if caught_up or stopped or clock() >= deadline:
                 break
             if clock() - shown_at >= PROGRESS_EVERY_S:
                 shown_at = clock()
@@ -107,6 +113,9 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
             "lag": status.get("lag"), "dead_letters": status.get("dead_letters", 0),
             "checked_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         }
+        if stopped:
+            row["status"], row["reason"] = CAPTURE_STOPPED, capture["reason"]
+            return row
         if deep is not None and not deep_reads:
             row["deep"] = {"compared": False, "reason": f"--deep reads PostgreSQL sources only; source "
                            f"{reg.source.name} is {settings.sources[reg.source.name].kind}: compared by row count"}
@@ -129,7 +138,9 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
     catalog = load_catalog(settings)
     client = ConnectClient(settings.connect_url)
     compare_rows = _deep_compare(settings, limit) if deep else None
-    rows = [reconcile_table(settings, catalog, client, reg, wait_s, compare_rows) for reg in tables]
+    captures = {s: source_capture(settings, s, client) for s in sorted({t.source.name for t in tables})}
+    rows = [reconcile_table(settings, catalog, client, reg, wait_s, compare_rows, capture=captures[reg.source.name])
+            for reg in tables]
     try:
         history.record(catalog, uuid.uuid4().hex[:12], rows)
     except Exception as e:  # noqa: BLE001 - the check stands without its history (a read-only catalog role)
@@ -196,6 +207,8 @@ def format_text(rows: list[dict]) -> str:
                      f"{r['target_rows'] if r['target_rows'] is not None else '-':>12} {r['difference']:>7} "
                      f"{r['lag'] if r['lag'] is not None else '-':>6} {r['dead_letters']:>5}  "
                      f"{r['source_commit_time'] or '-'}")
+        if r.get("reason"):
+            lines.append(f"  {r['reason']}")
         if "deep" in r:
             lines.extend("  " + line for line in deep_lines(r["deep"]))
     ok = sum(r["status"] == OK for r in rows)

@@ -1,7 +1,8 @@
 """`cdc status`: per table, Kafka end offsets against the offsets committed in the
 target's history (lag), the committed source position and commit time, the last
-snapshot (Delta: version), dead letters and the job state. Reads metadata only (pyiceberg
-or delta-rs, Kafka)."""
+snapshot (Delta: version), dead letters and the job state; and each source's capture (its
+connector, tasks and replication slot). Reads metadata only (pyiceberg or delta-rs, Kafka,
+Kafka Connect, the slot's row)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,7 +13,10 @@ from cdc.bootstrap.plan import PROPERTY, Bootstrap
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.planning import dead_letters
+from cdc.register.connector import ConnectClient
 from cdc.register.topics import watermarks
+from cdc.report.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, source_capture
+from cdc.report.capture import format_text as capture_lines
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import PROP_TOPIC
@@ -94,23 +98,42 @@ def _bootstrap(properties: dict) -> dict | None:
     return {"id": boot.id, "method": boot.method, "state": boot.state}
 
 
-def status(settings: Settings, tables: list[TableRegistration]) -> list[dict]:
+def status(settings: Settings, tables: list[TableRegistration]) -> tuple[list[dict], list[dict]]:
+    """Each table's row, and each of their sources' capture (report/capture.py). A table
+    whose source does not capture is in state `capture-stopped`, whatever its job does."""
     catalog = load_catalog(settings)
-    return [table_status(settings, catalog, reg) for reg in tables]
+    client = ConnectClient(settings.connect_url)
+    captures = {s: source_capture(settings, s, client) for s in sorted({t.source.name for t in tables})}
+    rows = []
+    for reg in tables:
+        row, cap = table_status(settings, catalog, reg), captures[reg.source.name]
+        row["capture"] = {"source": cap["source"], "state": cap["state"], "capturing": cap["capturing"],
+                          "reason": cap["reason"]}
+        row["state"] = (row["job"]["state"] if cap["capturing"] else
+                        CAPTURE_UNKNOWN if cap["state"] == "UNKNOWN" else CAPTURE_STOPPED)
+        rows.append(row)
+    return rows, list(captures.values())
 
 
-def format_text(rows: list[dict]) -> str:
-    head = f"{'table':28} {'job':10} {'lag':>8} {'dead':>5}  {'source commit time':32} snapshot"
+def healthy(rows: list[dict], captures: list[dict]) -> bool:
+    """Every source captures and no table's job has failed (`cdc status --check`)."""
+    return all(c["capturing"] for c in captures) and not any(
+        r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD) for r in rows)
+
+
+def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
+    head = f"{'table':28} {'state':15} {'lag':>8} {'dead':>5}  {'source commit time':32} snapshot"
     lines = [head]
     for r in rows:
+        state = r.get("state", r["job"]["state"])
         if not r.get("registered"):
-            lines.append(f"{r['name']:28} {r['job']['state']:10} {'-':>8} {'-':>5}  not registered (cdc register)")
+            lines.append(f"{r['name']:28} {state:15} {'-':>8} {'-':>5}  not registered (cdc register)")
             continue
-        lines.append(f"{r['name']:28} {r['job']['state']:10} {r['lag']:>8} {r['dead_letters']:>5}  "
+        lines.append(f"{r['name']:28} {state:15} {r['lag']:>8} {r['dead_letters']:>5}  "
                      f"{(r['source_commit_time'] or '-'):32} {r['snapshot_id'] or '-'}")
         if r.get("bootstrap") and r["bootstrap"]["state"] != "done":
             lines.append(f"  {r['bootstrap']['method']} bootstrap {r['bootstrap']['id']} unfinished: "
                          f"run `cdc bootstrap --table {r['name']}` to resume it")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
-    return "\n".join(lines)
+    return "\n".join(lines + capture_lines(list(captures)))

@@ -189,3 +189,13 @@ def estimate_rows(conn: psycopg.Connection, reg: TableRegistration) -> int:
     if estimate is None or estimate < 0:  # never vacuumed or analyzed
         estimate = conn.execute(f"SELECT count(*) FROM {qualified(reg)}").fetchone()[0]
     return int(estimate)
+
+
+def slot_state(conn: psycopg.Connection, slot: str) -> dict | None:
+    """The replication slot's activity and the WAL it holds back (bytes from its restart
+    point to the server's current WAL position); None when there is no such slot."""
+    row = conn.execute("SELECT active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status "
+                       "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    if row is None:
+        return None
+    return {"name": slot, "active": row[0], "retained_wal_bytes": row[1], "wal_status": row[2]}

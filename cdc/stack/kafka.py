@@ -25,8 +25,10 @@ def jars_dir(cache: Path, part: str) -> Path:
 
 
 class Kafka:
-    def __init__(self, state_dir: Path, cache: Path, port: int, controller_port: int, heap: str, timeout_s: int):
+    def __init__(self, state_dir: Path, cache: Path, port: int, controller_port: int, heap: str, timeout_s: int,
+                 max_record_bytes: int):
         self.dir = state_dir / "kafka"
+        self.max_record_bytes = max_record_bytes
         self.cache = cache
         self.port = port
         self.controller_port = controller_port
@@ -63,7 +65,8 @@ class Kafka:
         props = self.dir / "server.properties"
         self.dir.mkdir(parents=True, exist_ok=True)
         props.write_text((TEMPLATES / "kafka-server.properties").read_text().format(
-            port=self.port, controller_port=self.controller_port, data_dir=data))
+            port=self.port, controller_port=self.controller_port, data_dir=data,
+            max_record_bytes=self.max_record_bytes))
         if not (data / "meta.properties").exists():
             cluster_id = "-"
             while cluster_id.startswith("-"):  # as Kafka's own ids: one with a leading dash reads as an option

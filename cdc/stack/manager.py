@@ -20,7 +20,8 @@ class Stack:
         # Unset port: not started; `down` stops one that runs all the same.
         self.mariadb = MariaDB(state, s.mariadb_port or 0, s.start_timeout_s)
         self.registry = SchemaRegistry(state, cache, s.registry_port or 0, s.registry_heap, s.start_timeout_s)
-        self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s)
+        self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s,
+                           settings.kafka.max_record_bytes)
         self.connect = Connect(state, cache, settings.path(settings.debezium_dir) / "connect-worker.properties",
                                s.connect_port, self.kafka.bootstrap, s.connect_heap, s.start_timeout_s)
 

@@ -100,8 +100,10 @@ class MariaDB:
         self.process.wait_healthy(self.healthy, self.timeout_s)
 
     def _provision(self) -> None:
-        """The `cdc` account (password from the state directory) and database, once."""
+        """The `cdc` account (password from the state directory) and database, once. The
+        account's statements stay out of the binary log, which would hold its password."""
         with self._admin() as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
             for host in ("127.0.0.1", "localhost"):
                 cur.execute(f"CREATE USER IF NOT EXISTS '{USER}'@'{host}' IDENTIFIED BY %s", (self.password(),))
                 cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'{host}' WITH GRANT OPTION")

@@ -56,7 +56,15 @@ class Postgres:
         return self.password_file.read_text().strip()
 
     def dsn(self, database: str = DATABASE) -> str:
-        return (f"postgresql://{SUPERUSER}:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{database}")
+        """A libpq URI for the superuser that holds no password: libpq reads it from a
+        password file of the state directory (`passfile`), written here."""
+        passfile = self.dir / "pgpass"
+        if not passfile.exists():
+            escaped = self.password().replace("\\", "\\\\").replace(":", "\\:")
+            passfile.touch(mode=0o600)
+            passfile.write_text(f"*:*:*:{SUPERUSER}:{escaped}\n")
+        return (f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+                f"?passfile={quote(str(passfile.resolve()), safe='/')}")
 
     def healthy(self) -> bool:
         try:

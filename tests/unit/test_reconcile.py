@@ -2,7 +2,9 @@ from cdc.report.reconcile import DRIFT, IN_FLIGHT, OK, exit_code, format_text, v
 
 
 def test_verdict_tells_drift_from_changes_in_transit():
-    assert verdict(10, 10, caught_up=False, target_past_source=False) == OK
+    assert verdict(10, 10, caught_up=True, target_past_source=False) == OK
+    # equal counts while a change is still on its way (not captured, or not applied) are not OK
+    assert verdict(10, 10, caught_up=False, target_past_source=False) == IN_FLIGHT
     assert verdict(10, 9, caught_up=True, target_past_source=False) == DRIFT
     assert verdict(10, 9, caught_up=False, target_past_source=False) == IN_FLIGHT  # not applied yet
     assert verdict(10, 11, caught_up=True, target_past_source=True) == IN_FLIGHT  # newer changes applied

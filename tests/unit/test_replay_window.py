@@ -38,3 +38,19 @@ def test_exactly_one_choice_and_clear_errors():
         window("t", [0], position="xyz")
     with pytest.raises(ConfigError, match="ISO-8601"):
         window("t", [0], timestamp="yesterday")
+
+
+def test_a_start_kafka_cannot_serve_is_refused_before_spark_starts():
+    from cdc.control.replay import check_start
+
+    marks = {0: (10, 50), 1: (0, 5)}
+    check_start("t", marks, offsets='{"0": 10, "1": 5}')  # from the earliest to the end: fine
+    for offsets, words in (('{"0": -1}', "negative"), ('{"0": 9}', "no longer in Kafka (the earliest it holds is 10)"),
+                           ('{"1": 6}', "past the end of topic t (5)"), ('{"2": 0}', "not a partition of topic t")):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            check_start("t", marks, offsets=offsets)
+    with pytest.raises(ConfigError, match="past the end"):
+        check_start("t", marks, position=encode(10, 20, 1, 0, 51))
+    check_start("t", marks, timestamp="1700000000000", offsets_at=lambda ms: {0: 42, 1: None})
+    with pytest.raises(ConfigError, match="holds no record at or after 2023-11-14T22:13:20"):
+        check_start("t", marks, timestamp="1700000000000", offsets_at=lambda ms: {0: None, 1: None})

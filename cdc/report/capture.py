@@ -1,0 +1,111 @@
+"""Capture health of a source: its Debezium connector's and tasks' state in Kafka Connect,
+a failed task's error in words (a record larger than `kafka.max_record_bytes` is named with
+that setting), and for PostgreSQL the replication slot's activity and the WAL it holds.
+A table whose source is not capturing is never reported caught up."""
+from __future__ import annotations
+
+import re
+
+from cdc.config.models import Settings
+from cdc.errors import CdcError
+from cdc.register.connector import ConnectClient, connector_name, slot_name
+from cdc.sources import module_of
+
+RUNNING = "RUNNING"
+CAPTURE_STOPPED = "capture-stopped"  # a table's state while its source does not capture
+CAPTURE_UNKNOWN = "capture-unknown"  # ... while Kafka Connect cannot tell
+TOO_LARGE = re.compile(r"RecordTooLargeException: The message is (\d+) bytes")
+
+
+def task_error(trace: str | None) -> tuple[str | None, str | None]:
+    """(first line, root cause) of a task's Java stack trace."""
+    lines = [line.strip() for line in (trace or "").splitlines() if line.strip()]
+    if not lines:
+        return None, None
+    causes = [line[len("Caused by:"):].strip() for line in lines if line.startswith("Caused by:")]
+    return lines[0], causes[-1] if causes else lines[0]
+
+
+def explain(settings: Settings, source: str, trace: str | None) -> str | None:
+    """What a failed task's trace means and what to do, when cdc knows."""
+    too_large = TOO_LARGE.search(trace or "")
+    if too_large:
+        limit = settings.kafka.max_record_bytes
+        return (f"a change record of source {source} is {int(too_large[1]):,} bytes, larger than "
+                f"kafka.max_record_bytes ({limit:,}): raise it in cdc.yaml (and the broker's message.max.bytes "
+                f"when the broker is not the local stack's), then run `cdc register` to restart capture")
+    return None
+
+
+def source_capture(settings: Settings, source: str, client: ConnectClient | None = None,
+                   slot: bool = True) -> dict:
+    """The source's capture: `state` (the connector's, or MISSING, or UNKNOWN when Kafka
+    Connect cannot be asked), its tasks, `capturing` and, when it is not, the `reason`; and
+    with `slot`, for PostgreSQL, the replication `slot`."""
+    client = client or ConnectClient(settings.connect_url)
+    name = connector_name(source)
+    out = {"source": source, "connector": name, "state": "UNKNOWN", "tasks": [], "capturing": False, "reason": None,
+           "slot": _slot(settings, source) if slot else None}
+    try:
+        found = client.status(name)
+    except CdcError as e:
+        return {**out, "reason": e.message}
+    if found is None:
+        return {**out, "state": "MISSING", "reason": f"connector {name} is not in Kafka Connect: run `cdc register`"}
+    state = found.get("connector", {}).get("state", "UNKNOWN")
+    tasks = []
+    for t in found.get("tasks", []):
+        first, cause = task_error(t.get("trace"))
+        tasks.append({"id": t.get("id"), "state": t.get("state"), "error": first, "cause": cause,
+                      "explanation": explain(settings, source, t.get("trace"))})
+    capturing = state == RUNNING and bool(tasks) and all(t["state"] == RUNNING for t in tasks)
+    reason = None
+    if not capturing:
+        failed = next((t for t in tasks if t["state"] != RUNNING), None)
+        if state != RUNNING or failed is None:
+            reason = f"connector {name} is {state}" + ("" if tasks else " with no task")
+        else:
+            reason = f"connector {name} task {failed['id']} is {failed['state']}"
+        if failed and failed["cause"]:
+            reason += f": {failed['explanation'] or failed['cause'][:300]}"
+        if state == "PAUSED" or (failed and failed["state"] == "PAUSED"):
+            reason += " (resume it with `cdc register`)"
+        elif failed and failed["state"] == "FAILED" and not failed["explanation"]:
+            reason += " (fix the cause, then `cdc register` restarts it)"
+    return {**out, "state": state, "tasks": tasks, "capturing": capturing, "reason": reason}
+
+
+def _slot(settings: Settings, source: str) -> dict | None:
+    """A PostgreSQL source's replication slot (None for other sources, or when unreadable)."""
+    if settings.sources[source].kind != "postgresql":
+        return None
+    kind = module_of(settings, source)
+    try:
+        with kind.connect(settings, source) as conn:
+            return kind.slot_state(conn, slot_name(settings, source))
+    except CdcError:
+        return None
+
+
+def format_text(captures: list[dict]) -> list[str]:
+    """One line per source (and a line per task that does not run)."""
+    lines = []
+    for c in captures:
+        slot = c.get("slot")
+        held = (f"; slot {slot['name']} {'active' if slot['active'] else 'INACTIVE'}, "
+                f"{_size(slot['retained_wal_bytes'])} of WAL held") if slot else ""
+        tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"])
+        lines.append(f"capture {c['source']}: connector {c['state']}{', ' + tasks if tasks else ''}{held}")
+        if not c["capturing"] and c["reason"]:
+            lines.append(f"  not capturing: {c['reason']}")
+    return lines
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

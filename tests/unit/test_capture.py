@@ -1,0 +1,52 @@
+"""Capture health in words (report/capture.py) and the record size limit's settings."""
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from cdc.config.models import KafkaSettings, Settings, SourceSettings, TableRegistration
+from cdc.register.connector import connector_config
+from cdc.report.capture import explain, format_text, task_error
+
+TRACE = """org.apache.kafka.connect.errors.ConnectException: Unrecoverable exception from producer send callback
+\tat org.apache.kafka.connect.runtime.AbstractWorkerSourceTask.maybeThrowProducerSendException(AbstractWorkerSourceTask.java:340)
+\tat org.apache.kafka.connect.runtime.AbstractWorkerSourceTask.execute(AbstractWorkerSourceTask.java:407)
+Caused by: org.apache.kafka.common.errors.RecordTooLargeException: The message is 1573190 bytes when serialized \
+which is larger than 1048576, which is the value of the max.request.size configuration.
+"""
+
+
+def settings(**kafka) -> Settings:
+    return Settings(root=Path(__file__).resolve().parents[2], kafka=KafkaSettings(**kafka),
+                    sources={"pg": SourceSettings(database="shop", user="cdc", password="x")})
+
+
+def test_a_failed_task_is_told_by_its_root_cause_and_a_record_too_large_by_the_setting_to_raise():
+    first, cause = task_error(TRACE)
+    assert first.startswith("org.apache.kafka.connect.errors.ConnectException: Unrecoverable")
+    assert cause.startswith("org.apache.kafka.common.errors.RecordTooLargeException: The message is 1573190")
+    text = explain(settings(max_record_bytes=2**20), "pg", TRACE)
+    assert "1,573,190 bytes, larger than kafka.max_record_bytes (1,048,576)" in text and "cdc register" in text
+    assert explain(settings(), "pg", "java.lang.IllegalStateException: boom") is None
+    assert task_error(None) == (None, None) and task_error("one line") == ("one line", "one line")
+
+
+def test_status_lines_of_a_source():
+    lines = format_text([{"source": "pg", "state": "RUNNING", "tasks": [{"id": 0, "state": "FAILED"}],
+                          "capturing": False, "reason": "connector cdc-pg task 0 is FAILED: boom",
+                          "slot": {"name": "cdc_pg", "active": False, "retained_wal_bytes": 3 * 2**20}}])
+    assert lines == ["capture pg: connector RUNNING, task 0 FAILED; slot cdc_pg INACTIVE, 3.0 MB of WAL held",
+                     "  not capturing: connector cdc-pg task 0 is FAILED: boom"]
+
+
+def test_the_connector_producer_takes_records_up_to_the_limit_compressed():
+    reg = TableRegistration(name="shop.orders", source={"name": "pg", "schema": "shop", "table": "orders"})
+    config = connector_config(settings(), "pg", [reg], "ref")
+    assert config["producer.override.max.request.size"] == str(32 * 2**20)
+    assert config["producer.override.compression.type"] == "zstd"
+    assert int(config["producer.override.buffer.memory"]) >= 32 * 2**20
+    assert config["topic.creation.default.max.message.bytes"] == str(32 * 2**20)
+    big = connector_config(settings(max_record_bytes=100 * 2**20, compression="lz4"), "pg", [reg], "ref")
+    assert big["producer.override.buffer.memory"] == str(200 * 2**20)
+    with pytest.raises(ValidationError, match="max_record_bytes"):
+        KafkaSettings(max_record_bytes=1000)
