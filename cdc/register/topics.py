@@ -99,8 +99,10 @@ def offsets_at(bootstrap: str, topic: str, ms: int) -> dict[int, int | None]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-replay-window", "enable.auto.commit": False,
                          "log_level": 0})
     try:
-        partitions = sorted(watermarks(bootstrap, topic))
-        found = consumer.offsets_for_times([TopicPartition(topic, p, ms) for p in partitions], timeout=15)
+        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return {}
+        found = consumer.offsets_for_times([TopicPartition(topic, p, ms) for p in meta.partitions], timeout=15)
         return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in found}
     except KafkaException as e:
         raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
