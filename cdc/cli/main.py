@@ -64,6 +64,13 @@ def _tables(args) -> int:
     return 0
 
 
+def _capture(args) -> int:
+    from cdc.register.registrar import restart_capture
+
+    restart_capture(load_settings(args.config), args.source)
+    return 0
+
+
 def _run(args) -> int:
     from cdc.jobs.runner import run
 
@@ -181,6 +188,15 @@ def parser() -> argparse.ArgumentParser:
     tl = tsub.add_parser("list", help="each registration with its state")
     tl.add_argument("--json", action="store_true", help="print JSON")
     tl.set_defaults(func=_tables)
+
+    cp = sub.add_parser("capture", help="act on the sources' Debezium connectors in Kafka Connect")
+    csub = cp.add_subparsers(dest="action", required=True)
+    cr = csub.add_parser("restart", help="restart failed connectors and tasks and resume paused ones (once the "
+                                         "cause is fixed), then show their fresh state; exit 3 when a source "
+                                         "still does not capture")
+    cr.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source with "
+                                                     "registered tables)")
+    cr.set_defaults(func=_capture)
 
     rn = sub.add_parser("run", help="replicate registered tables from Kafka into Iceberg")
     rn.add_argument("--table", help="only this registered table (default: all)")

@@ -5,13 +5,15 @@ incremental snapshot through Debezium's signal table."""
 from __future__ import annotations
 
 import sys
+import time
 
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
-from cdc.register.connector import (ConnectClient, connector_config, connector_name, secret_file_ref, topic_for,
-                                    write_secret)
+from cdc.errors import ConfigError, ConnectorError
+from cdc.register.connector import (DOWN, ConnectClient, connector_config, connector_name, secret_file_ref,
+                                    topic_for, write_secret)
 from cdc.register.topics import ensure_topics, existing_topics
-from cdc.report.capture import task_error
+from cdc.report.capture import format_text, source_capture, task_error
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.targets import shown_name
@@ -103,12 +105,7 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
                       settings.kafka.max_record_bytes)
         down = client.not_running(name)
         client.put_config(name, config)
-        client.restart_failed(name)  # what the new config did not restart already
-        for was in down:
-            cause = task_error(was.get("trace"))[1]
-            what = f"connector {name}" + ("" if was["id"] == "connector" else f" task {was['id']}")
-            print(f"{what} was {was['state']}" + (f" ({cause[:200]})" if cause else "")
-                  + ("; resumed" if was["state"] != "FAILED" else "; restarted"))
+        _restart(client, name, down)  # what the new config did not restart already
         client.wait_task_config(name, "table.include.list", config["table.include.list"])
         client.wait_running(name)
         if not wait_snapshot:
@@ -130,3 +127,61 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             else:
                 iceberg.mark_snapshotted(catalog, t, how, settings)
     print(f"connector {name}: running, capturing {len(tables)} table(s)")
+
+
+def _restart(client: ConnectClient, name: str, down: list[dict]) -> None:
+    """Restart the connector's failed parts and resume its paused ones, saying what was down."""
+    client.restart_failed(name)
+    for was in down:
+        cause = task_error(was.get("trace"))[1]
+        what = f"connector {name}" + ("" if was["id"] == "connector" else f" task {was['id']}")
+        print(f"{what} was {was['state']}" + (f" ({cause[:200]})" if cause else "")
+              + ("; resumed" if was["state"] != "FAILED" else "; restarted"))
+
+
+RESTART_WAIT_S = 60.0  # how long `capture restart` waits for restarted tasks to run or fail again
+SETTLE_S = 10.0  # how long they must keep running to count as capturing (a record that cannot be sent
+#                 fails its task about 5 s after the first try)
+
+
+def restart_capture(settings: Settings, source: str | None = None) -> None:
+    """`cdc capture restart`: each source's failed connector and tasks restarted and paused
+    ones resumed (once the cause is fixed), then their fresh state; raises when a source
+    still does not capture."""
+    if source is not None and source not in settings.sources:
+        raise ConfigError(f"source {source!r} is not in cdc.yaml",
+                          hint=f"sources: {', '.join(sorted(settings.sources))}")
+    sources = [source] if source else sorted({t.source.name for t in load_tables(settings)})
+    client = ConnectClient(settings.connect_url)
+    captures = []
+    for name in sources:
+        connector = connector_name(name)
+        if client.status(connector) is None:
+            raise ConnectorError(f"connector {connector} of source {name} is not in Kafka Connect",
+                                 hint="run `cdc register` to create it")
+        down = client.not_running(connector)
+        _restart(client, connector, down)
+        if not down:
+            print(f"connector {connector}: nothing to restart")
+        captures.append(_settled(settings, client, name))
+    for line in format_text(captures):
+        print(line)
+    stopped = [c for c in captures if not c["capturing"]]
+    if stopped:
+        raise ConnectorError("; ".join(f"source {c['source']} is not capturing: {c['reason']}" for c in stopped),
+                             hint="fix the cause shown, then run `cdc capture restart` again")
+
+
+def _settled(settings: Settings, client: ConnectClient, source: str) -> dict:
+    """The source's capture once its tasks have run for SETTLE_S or one has failed again
+    (or after RESTART_WAIT_S)."""
+    deadline = time.monotonic() + RESTART_WAIT_S
+    running_since = None
+    while True:
+        found = source_capture(settings, source, client)
+        states = {found["state"], *(t["state"] for t in found["tasks"])}
+        now = time.monotonic()
+        running_since = (running_since or now) if found["capturing"] else None
+        if states & set(DOWN) or now > deadline or (running_since and now - running_since >= SETTLE_S):
+            return found
+        time.sleep(0.5)

@@ -33,7 +33,7 @@ def explain(settings: Settings, source: str, trace: str | None) -> str | None:
         limit = settings.kafka.max_record_bytes
         return (f"a change record of source {source} is {int(too_large[1]):,} bytes, larger than "
                 f"kafka.max_record_bytes ({limit:,}): raise it in cdc.yaml (and the broker's message.max.bytes "
-                f"when the broker is not the local stack's), then run `cdc register` to restart capture")
+                f"when the broker is not the local stack's), then run `cdc register` (it applies the new limit and restarts capture)")
     return None
 
 
@@ -69,9 +69,9 @@ def source_capture(settings: Settings, source: str, client: ConnectClient | None
         if failed and failed["cause"]:
             reason += f": {failed['explanation'] or failed['cause'][:300]}"
         if state == "PAUSED" or (failed and failed["state"] == "PAUSED"):
-            reason += " (resume it with `cdc register`)"
+            reason += " (resume it with `cdc capture restart`)"
         elif failed and failed["state"] == "FAILED" and not failed["explanation"]:
-            reason += " (fix the cause, then `cdc register` restarts it)"
+            reason += " (fix the cause, then run `cdc capture restart`)"
     return {**out, "state": state, "tasks": tasks, "capturing": capturing, "reason": reason}
 
 

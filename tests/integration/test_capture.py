@@ -94,7 +94,7 @@ def test_a_paused_and_a_failed_capture_are_shown_then_brought_back(small_limit, 
     assert as_json["sources"][0]["slot"]["name"] == f"cdc_{env.source}"
     assert check == 0 and row["status"] == "OK"
 
-    # Paused by an operator: every report says so; `register` resumes it.
+    # Paused by an operator: every report says so; `capture restart` resumes it.
     url, connector = env.settings.connect_url, connector_name(env.source)
     assert requests.put(f"{url}/connectors/{connector}/pause", timeout=10).ok
     wait_state(env, "PAUSED")
@@ -110,8 +110,9 @@ def test_a_paused_and_a_failed_capture_are_shown_then_brought_back(small_limit, 
     assert metrics.CAPTURING.labels(env.source)._value.get() == 0
     assert f"source {env.source} is not capturing: connector" in capsys.readouterr().err
     capsys.readouterr()
-    assert env.cdc("register", "--table", name) == 0
-    assert "was PAUSED" in capsys.readouterr().out
+    assert env.cdc("capture", "restart", "--source", env.source) == 0
+    out = capsys.readouterr().out
+    assert f"connector {connector} was PAUSED; resumed" in out and f"capture {env.source}: connector RUNNING" in out
     env.replicate("capped", env.marker())
     assert env.assert_equal("capped") == 2
     watch_capture(env.settings, env.source, seen)
@@ -127,6 +128,13 @@ def test_a_paused_and_a_failed_capture_are_shown_then_brought_back(small_limit, 
     assert "kafka.max_record_bytes (1,048,576)" in as_json["sources"][0]["reason"]
     assert as_json["tables"][0]["state"] == "capture-stopped" and "kafka.max_record_bytes" in text
     assert check == 1 and row["status"] == "CAPTURE-STOPPED"
+
+    # Restarted with the limit unchanged, the task fails again: the fresh failure, exit 3.
+    capsys.readouterr()
+    assert env.cdc("capture", "restart", "--source", env.source) == 3
+    out, err = capsys.readouterr()
+    assert "task 0 was FAILED" in out and "; restarted" in out and "task 0 FAILED" in out
+    assert f"source {env.source} is not capturing" in err and "kafka.max_record_bytes (1,048,576)" in err
 
     # The limit raised, `register` restarts the failed task and the row arrives.
     set_limit(env, 8 * MIB)

@@ -62,3 +62,11 @@ def test_log_lines_as_json(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.startswith("cdc: error: ")
     log("caught up", table="shop.orders")
     assert capsys.readouterr().err == "shop.orders: caught up\n"
+
+
+def test_capture_restart_of_an_unknown_source_exits_2(tmp_path, capsys):
+    cfg = tmp_path / "cdc.yaml"
+    cfg.write_text("sources:\n  shop:\n    kind: postgresql\n    database: shop\n    user: cdc\n")
+    assert main(["--config", str(cfg), "capture", "restart", "--source", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "source 'nope' is not in cdc.yaml" in err and "sources: shop" in err
