@@ -6,11 +6,13 @@ class CdcError(Exception):
     """Base of every error cdc raises on purpose. `exit_code` is the CLI's exit status."""
 
     exit_code = 3
+    retriable = False  # a job retries it for a while (an outage), rather than failing at once
 
     def __init__(self, message: str, *, hint: str | None = None, table: str | None = None):
         self.message = message
         self.hint = hint
         self.table = table  # the registered table concerned, when there is one
+        self.detail: str | None = None  # what a Java failure said in full (stack traces): JSON log only
         super().__init__(f"{message}\n  -> {hint}" if hint else message)
 
 
@@ -35,7 +37,9 @@ class ConnectorError(CdcError):
 
 
 class DependencyError(CdcError):
-    """Kafka, Kafka Connect or the catalog is unreachable: worth retrying for a while."""
+    """Kafka, Kafka Connect, the catalog or the warehouse is unreachable: worth retrying for a while."""
+
+    retriable = True
 
 
 class DecodeError(CdcError, ValueError):

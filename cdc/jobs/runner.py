@@ -3,7 +3,6 @@ SparkSession (so snapshot properties never cross tables), in one Spark applicati
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import signal
 import sys
@@ -16,10 +15,11 @@ from cdc.bootstrap.plan import check_not_running
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
-from cdc.control.gaps import REFILL, check_offsets_available
+from cdc.control.gaps import check_offsets_available
 from cdc.control.replay import check_start, window as replay_window
 from cdc.decoding.avro import SchemaRegistry
-from cdc.errors import ApplyError, CdcError, DependencyError
+from cdc.errors import ApplyError, CdcError
+from cdc.jobs.failures import diagnose
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
 from cdc.register.connector import topic_for
@@ -188,30 +188,9 @@ def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
     try:
         query.awaitTermination()
     except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
-        raise _failure(reg.name, e) from None
+        raise diagnose(settings, reg, reg.name, e) from None
     shutil.rmtree(checkpoint, ignore_errors=True)
     log(f"replayed up to the end of {target.topic}", table=reg.name, event="replayed", stream=sys.stdout)
-
-
-def _failure(name: str, exc: BaseException) -> CdcError:
-    text = str(exc)
-    m = re.search(r"cdc\.errors\.\w+: (.*?)(?:\n\s*at |\Z)", text, re.S)
-    detail = m.group(1).strip() if m else text.strip().splitlines()[0] if text.strip() else repr(exc)
-    if "KAFKA_DATA_LOSS" in text or "data loss" in text.lower():
-        return ApplyError(f"table {name}: Kafka no longer holds offsets the job has not applied ({detail[:500]})",
-                          hint="the gap cannot be replayed from Kafka; " + REFILL.format(table=name), table=name)
-    return ApplyError(f"table {name}: the streaming query failed: {detail[:3000]}", table=name)
-
-
-def retriable(exc: BaseException) -> bool:
-    """A dependency failing (Kafka, Connect, the catalog), not a verdict about the data."""
-    if isinstance(exc, DependencyError):
-        return True
-    if isinstance(exc, CdcError):
-        return False
-    text = str(exc)
-    # SQLSTATE class 22 is a data exception (a value Spark cannot convert): a verdict, not an outage.
-    return "cdc.errors." not in text and "KAFKA_DATA_LOSS" not in text and "SQLSTATE: 22" not in text
 
 
 def _input_rows(progress) -> int:
@@ -236,16 +215,37 @@ def read_lag(settings: Settings, reg: TableRegistration) -> int | None:
 
 
 def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
-    """Every LAG_EVERY_S until `stop`: each table's lag and each source's capture, off the
-    supervisor's loop (a Kafka or Connect outage stalls only this thread)."""
+    """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag and each
+    source's capture, off the supervisor's loop (a Kafka or Connect outage stalls only
+    this thread)."""
     capturing: dict[str, bool] = {}
+    reachable = {"kafka": True}
     while True:
-        for reg in tables:
-            read_lag(settings, reg)
+        if watch_kafka(settings, reachable):
+            for reg in tables:
+                read_lag(settings, reg)
         for source in sorted({t.source.name for t in tables}):
             watch_capture(settings, source, capturing)
         if stop.wait(LAG_EVERY_S):
             return
+
+
+def watch_kafka(settings: Settings, reachable: dict[str, bool]) -> bool:
+    """Whether Kafka answers; one log line when it stops answering and one when it is back
+    (the queries wait for it meanwhile)."""
+    try:
+        existing_topics(settings.kafka_bootstrap, timeout_s=LAG_EVERY_S)
+        up, reason = True, None
+    except CdcError as e:
+        up, reason = False, e.message
+    if reachable["kafka"] and not up:
+        log(f"{reason}; the jobs wait for it", event="kafka-unreachable", level="warning",
+            bootstrap=settings.kafka_bootstrap)
+    elif up and not reachable["kafka"]:
+        log(f"Kafka at {settings.kafka_bootstrap} is reachable again", event="kafka-reachable",
+            bootstrap=settings.kafka_bootstrap)
+    reachable["kafka"] = up
+    return up
 
 
 def watch_capture(settings: Settings, source: str, capturing: dict[str, bool]) -> None:
@@ -279,22 +279,24 @@ class Supervisor:
         self.retry_at: dict[str, float] = {}
 
     def backoff(self, name: str, exc: BaseException) -> None:
-        """Wait before the next attempt, or raise once retries have run out."""
+        """Wait before the next attempt, or raise: at once for a failure retrying cannot
+        mend, once retries have run out for the others."""
         metrics.FAILURES.labels(name).inc()
-        if not retriable(exc):
-            raise exc if isinstance(exc, CdcError) else _failure(name, exc)
+        error = diagnose(self.settings, self.tables.get(name), name, exc)
+        if not error.retriable:
+            raise error
         now = self.clock()
         first = self.failing_since.setdefault(name, now)
         bound = self.settings.spark.retry_for_s
         if now - first >= bound:
-            cause = exc if isinstance(exc, CdcError) else _failure(name, exc)
-            raise ApplyError(f"table {name}: gave up after {bound}s of retries; last error: {cause.message}",
-                             hint=cause.hint or "bring the dependency back, then run the job again "
-                                                "(raise spark.retry_for_s in cdc.yaml to wait longer)",
-                             table=name)
+            gave_up = ApplyError(f"table {name}: gave up after {bound}s of retries; last error: {error.message}",
+                                 hint=(error.hint or "bring it back") + "; then run the job again "
+                                      "(raise spark.retry_for_s in cdc.yaml to wait longer)", table=name)
+            gave_up.detail = error.detail
+            raise gave_up
         delay = self.delay.get(name, 1.0)
-        log(f"{str(exc).splitlines()[0][:300]}; retrying in {delay:.0f}s", table=name, event="retrying",
-            level="warning", delay_s=delay)
+        log(f"{error.message.removeprefix(f'table {name}: ')}, retrying in {delay:.0f} s", table=name, event="retrying", level="warning",
+            delay_s=delay, detail=error.detail)
         self.sleep(delay)
         self.delay[name] = min(delay * 2, 30.0)
 
@@ -335,7 +337,7 @@ class Supervisor:
         jobstate.record(self.settings.state_dir, name, jobstate.FAILED, error.message)
         others = len(self.tables) - len(self.failed)
         log(f"failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else ""), table=name,
-            event="table-failed", level="error", error=error.message, hint=error.hint)
+            event="table-failed", level="error", error=error.message, hint=error.hint, detail=error.detail)
 
     def retry(self, name: str, exc: BaseException) -> None:
         """After a failure of a table's query: start it again after the backoff, or give the

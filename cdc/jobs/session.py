@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cdc.config.models import Settings
 from cdc.errors import ConfigError
+from cdc.jobs.failures import spark_log
 from cdc.sinks.catalog import spark_catalog_conf
 
 LOG_CONFIG = Path(__file__).parent / "log4j2.properties"
@@ -70,7 +71,8 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
         "spark.ui.retainedTasks": "10000",
         "spark.sql.streaming.ui.retainedQueries": "100",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
+                                         f'"-Dcdc.spark.log={spark_log(settings)}"',
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",  # a cluster's executors, as the driver
         **spark_catalog_conf(settings),
         **s.extra_conf,

@@ -14,9 +14,9 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
 
 
-def existing_topics(bootstrap: str) -> set[str]:
+def existing_topics(bootstrap: str, timeout_s: float = 15) -> set[str]:
     try:
-        return set(admin(bootstrap).list_topics(timeout=15).topics)
+        return set(admin(bootstrap).list_topics(timeout=timeout_s).topics)
     except KafkaException as e:
         raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}",
                               hint="start it (`cdc stack up`) or set kafka.bootstrap_servers in cdc.yaml") from None

@@ -3,6 +3,7 @@ re-emits, duplicates arrive), a Kafka broker restart under a running job, and a 
 gives up after its retry bound. Runs last: it restarts the shared stack's services."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 import pytest
 import yaml
 
+from cdc.jobs.failures import spark_log
 from cdc.register.connector import ConnectClient, connector_name
 from tests.compare import assert_equal, differences, source_rows, target_rows
 from tests.conftest import interrupt, start_driver
@@ -78,11 +80,12 @@ def test_broker_restart_under_a_running_job(oenv, stack, tmp_path):
         proc = start_driver(oenv, "outage_k", f)
     try:
         oenv.transaction(f'UPDATE "{s}".outage_k SET v = v + 1 WHERE id <= 50')
+        wait_for_line(proc, log, "applied in")  # the job is running
         stack.kafka.process.stop()
         down_txid = oenv.transaction(f'DELETE FROM "{s}".outage_k WHERE id > 90',
                                      f'INSERT INTO "{s}".outage_k VALUES (500, 5, \'while down\')')
-        time.sleep(5)  # the broker stays down a while: the job must ride it out
-        assert proc.poll() is None, log.read_text()[-3000:]
+        # The broker stays down until the job has said so: the job must ride it out.
+        wait_for_line(proc, log, f"Kafka at {oenv.settings.kafka_bootstrap} is unreachable", timeout=60)
         connector_back(oenv, stack)
         oenv.wait_captured(down_txid)
         deadline = time.monotonic() + 240
@@ -95,6 +98,9 @@ def test_broker_restart_under_a_running_job(oenv, stack, tmp_path):
         interrupt(proc)
         stack.up()
     assert proc.returncode == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "\tat " not in text, text[-3000:]  # Java's traces: the Spark log file only
+    assert f"Kafka at {oenv.settings.kafka_bootstrap} is reachable again" in text, text[-3000:]
 
 
 def test_job_gives_up_after_its_retry_bound(oenv, stack, tmp_path, capsys):
@@ -109,7 +115,7 @@ def test_job_gives_up_after_its_retry_bound(oenv, stack, tmp_path, capsys):
         capsys.readouterr()
         assert main(["--config", str(config), "run", "--available-now", "--table", f"{oenv.schema}.outage_k"]) == 3
         err = capsys.readouterr().err
-        assert "gave up after 6s of retries" in err and "Kafka at" in err and "retrying in 1s" in err
+        assert "gave up after 6s of retries" in err and "Kafka at" in err and "retrying in 1 s" in err
     finally:
         connector_back(oenv, stack)
 
@@ -133,11 +139,7 @@ def test_catalog_unreachable_then_back(oenv, stack, tmp_path):
             proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run",
                                      "--available-now", "--table", f"{s}.outage_k"], stdout=f,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 180
-        while "retrying in" not in log.read_text():  # the job noticed and waits
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
+        wait_for_line(proc, log, "retrying in")  # the job noticed and waits
         catalog.rmdir()
         away.rename(catalog)
         restored = True
@@ -147,6 +149,75 @@ def test_catalog_unreachable_then_back(oenv, stack, tmp_path):
             catalog.rmdir()
             away.rename(catalog)
     assert_equal(oenv.dsn, s, "outage_k", oenv.catalog, f"{s}.outage_k", ("id",))
+    # One line naming the catalog, its file and why; Java's traces only in the Spark log file.
+    text = log.read_text()
+    assert f"{s}.outage_k: catalog lake at {catalog} is unreachable (" in text, text[-3000:]
+    assert ", retrying in 1 s" in text and "REQUIRES_SINGLE_PART_NAMESPACE" not in text
+    assert "\tat " not in text and "Caused by" not in text, text[-3000:]
+    assert "Failed to load catalog" in spark_log(oenv.settings).read_text()
+
+
+def wait_for_line(proc, log, text: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+
+
+def test_warehouse_unreadable_then_back(oenv, tmp_path):
+    """The target's data files cannot be read for a while: the job names the warehouse and
+    the file in one line (Java's account in the JSON log's detail), retries, then goes on."""
+    s = oenv.schema
+    doc = yaml.safe_load(oenv.config.read_text())
+    doc["spark"]["retry_for_s"] = 240
+    config = tmp_path / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    oenv.wait_captured(oenv.transaction(f'UPDATE "{s}".outage_k SET note = \'warehouse outage\' WHERE id <= 20'))
+    data = oenv.settings.path(oenv.settings.catalog.warehouse) / s / "outage_k" / "data"
+    away = data.with_name("data.away")
+    log = tmp_path / "run.log"
+    data.rename(away)
+    data.write_text("")  # a file where the directory was: no data file can be read
+    try:
+        with open(log, "w") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--log-format", "json", "--config",
+                                     str(config), "run", "--available-now", "--table", f"{s}.outage_k"], stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for_line(proc, log, '"event": "retrying"')
+    finally:
+        data.unlink()
+        away.rename(data)
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert_equal(oenv.dsn, s, "outage_k", oenv.catalog, f"{s}.outage_k", ("id",))
+    retrying = [json.loads(line) for line in log.read_text().splitlines() if '"event": "retrying"' in line]
+    first = retrying[0]
+    assert first["message"].startswith(f"warehouse at {oenv.settings.path(oenv.settings.catalog.warehouse)} "
+                                       "cannot be read or written ("), first["message"]
+    assert "/outage_k/data/" in first["message"] and first["message"].endswith("retrying in 1 s")
+    assert "FileNotFoundException" in first["detail"] and "\tat " in first["detail"]
+
+
+def test_a_failure_retrying_cannot_mend_fails_at_once(oenv, spark, tmp_path, capsys):
+    """A target whose columns someone changed: the job fails at once (not after its retry
+    bound) naming the table, the column and what to do."""
+    s = oenv.schema
+    oenv.sql(f'CREATE TABLE "{s}".outage_v (id int PRIMARY KEY, v int)')
+    oenv.register_table("outage_v")
+    assert oenv.cdc("register", "--table", f"{s}.outage_v") == 0
+    oenv.replicate("outage_v", oenv.transaction(f'INSERT INTO "{s}".outage_v VALUES (1, 1)'))
+    spark.sql(f"ALTER TABLE {oenv.target_ref('outage_v')} DROP COLUMN v")
+    oenv.wait_captured(oenv.transaction(f'UPDATE "{s}".outage_v SET v = 2'))
+    from cdc.cli.main import main
+
+    capsys.readouterr()
+    started = time.monotonic()
+    assert main(["--config", str(oenv.config), "run", "--available-now", "--table", f"{s}.outage_v"]) == 3
+    assert time.monotonic() - started < 120  # the retry bound is 300 s
+    err = capsys.readouterr().err
+    assert "retrying in" not in err and "gave up" not in err, err
+    assert f"table {s}.outage_v: " in err and "`v`" in err and "SQLSTATE 42" in err, err
+    assert "retrying cannot mend this" in err and "\tat " not in err, err
 
 
 def test_initial_snapshot_cut_short_restarts_from_scratch_without_duplicates(it_env, stack, settings,

@@ -2,7 +2,8 @@ import pytest
 
 from cdc.config.models import Settings, SparkSettings
 from cdc.errors import ApplyError, DependencyError
-from cdc.jobs.runner import Supervisor, retriable
+from cdc.jobs.failures import diagnose
+from cdc.jobs.runner import Supervisor
 
 
 class Clock:
@@ -43,10 +44,11 @@ def test_verdicts_about_the_data_are_not_retried():
     sup, _ = supervisor(bound=300)
     with pytest.raises(ApplyError, match="bad record"):
         sup.backoff("t.a", ApplyError("bad record"))
-    assert not retriable(RuntimeError("py4j ... cdc.errors.ApplyError: table t: 1 record(s) ..."))
-    assert not retriable(RuntimeError("[KAFKA_DATA_LOSS] ..."))
-    assert not retriable(RuntimeError("[CAST_INVALID_INPUT] ... SQLSTATE: 22018"))
-    assert retriable(RuntimeError("org.apache.kafka.common.errors.TimeoutException: Timed out"))
+    settings = Settings()
+    for text in ("py4j ... cdc.errors.ApplyError: table t: 1 record(s) ...", "[KAFKA_DATA_LOSS] ...",
+                 "[CAST_INVALID_INPUT] The value 'x' cannot be cast. SQLSTATE: 22018"):
+        assert not diagnose(settings, None, "t.a", RuntimeError(text)).retriable
+    assert diagnose(settings, None, "t.a", RuntimeError("org.apache.kafka.common.errors.TimeoutException: x")).retriable
 
 
 class FakeQuery:

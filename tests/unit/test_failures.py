@@ -1,0 +1,74 @@
+"""A job's failures in one line: each dependency named with its address and retried, a
+verdict failed at once naming the column, anything else retried as unexpected. The texts
+are what Spark, Iceberg and Kafka raised on the real stack (trimmed)."""
+import pytest
+
+from cdc.config.models import Settings, SparkSettings
+from cdc.errors import ApplyError, DependencyError
+from cdc.jobs.failures import diagnose
+from cdc.jobs.runner import Supervisor
+
+CATALOG_GONE = ("[REQUIRES_SINGLE_PART_NAMESPACE] spark_catalog requires a single-part namespace, but got "
+                "`lake`.`shop`. SQLSTATE: 42K05")
+FILE_GONE = """[STREAM_FAILED] Query [id = 442e, runId = 904a] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach batch sink. Reason: An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
+  File "/work/cdc/jobs/apply.py", line 470, in _commit
+py4j.protocol.Py4JJavaError: An error occurred while calling o136.sql.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 4.0 failed 1 times, most recent failure: Lost task 1.0 in stage 4.0 (TID 6) (localhost executor driver): org.apache.iceberg.exceptions.NotFoundException: File does not exist: file:/lake/shop/orders/data/00000-11-0755.parquet
+	at org.apache.iceberg.hadoop.HadoopInputFile.lazyStat(HadoopInputFile.java:164)
+Caused by: java.io.FileNotFoundException: File file:/lake/shop/orders/data/00000-11-0755.parquet does not exist
+	at org.apache.hadoop.fs.RawLocalFileSystem.deprecatedGetFileStatus(RawLocalFileSystem.java:980)
+ SQLSTATE: 39000 SQLSTATE: XXKST"""
+COLUMN_GONE = """[STREAM_FAILED] Query [id = 442e, runId = 1407] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach batch sink. Reason: An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
+  File "/work/cdc/jobs/apply.py", line 162, in __call__
+    spark.sql(f"ALTER TABLE {self.target_ref} ADD COLUMN {q(c.name)} {kind} AFTER {q(last)}")
+pyspark.errors.exceptions.captured.AnalysisException: [FIELD_NOT_FOUND] No such struct field `v` in id, _cdc_op, _cdc_position. SQLSTATE: 42704
+ SQLSTATE: 39000 SQLSTATE: XXKST"""
+KAFKA_GONE = ("[STREAM_FAILED] Query terminated with exception: org.apache.kafka.common.errors.TimeoutException: "
+              "Timed out waiting for a node assignment. Call: describeTopics\n\tat org.apache.kafka.clients.admin")
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(root=tmp_path)
+
+
+def test_an_unloadable_catalog_is_named_with_its_file_and_why(settings, tmp_path):
+    (tmp_path / ".state/iceberg/catalog.db").mkdir(parents=True)  # a directory where the file should be
+    error = diagnose(settings, None, "shop.orders", RuntimeError(CATALOG_GONE))
+    assert isinstance(error, DependencyError) and error.retriable and error.table == "shop.orders"
+    assert error.message.startswith(f"catalog lake at {tmp_path}/.state/iceberg/catalog.db is unreachable (")
+    assert "unable to open database file" in error.message and "REQUIRES_SINGLE" not in error.message
+    assert error.detail == CATALOG_GONE  # Java's own words: the JSON log's detail
+
+
+def test_an_unreadable_warehouse_is_named_with_the_file():
+    error = diagnose(Settings(), None, "shop.orders", RuntimeError(FILE_GONE))
+    assert isinstance(error, DependencyError)
+    assert error.message.startswith("warehouse at ") and "cannot be read or written (java.io.FileNotFoundException: " \
+        "File file:/lake/shop/orders/data/00000-11-0755.parquet does not exist)" in error.message
+    assert "o136" not in error.message and "\n" not in error.message
+
+
+def test_kafka_is_named_with_its_address():
+    error = diagnose(Settings(), None, "shop.orders", RuntimeError(KAFKA_GONE))
+    assert isinstance(error, DependencyError)
+    assert error.message.startswith("Kafka at 127.0.0.1:") and "Timed out waiting for a node assignment" in error.message
+
+
+def test_a_verdict_fails_at_once_naming_the_column(settings):
+    sup = Supervisor(None, Settings(spark=SparkSettings(retry_for_s=300)), [], available_now=True,
+                     sleep=lambda s: pytest.fail("a verdict must not be retried"))
+    with pytest.raises(ApplyError) as raised:
+        sup.backoff("shop.orders", RuntimeError(COLUMN_GONE))
+    error = raised.value
+    assert not error.retriable
+    assert error.message == ("table shop.orders: No such struct field `v` in id, _cdc_op, _cdc_position. "
+                             "([FIELD_NOT_FOUND], SQLSTATE 42704)")
+    assert "retrying cannot mend this" in error.hint and "dependency" not in error.hint
+
+
+def test_an_unknown_failure_is_retried_as_unexpected(settings, capsys):
+    sup = Supervisor(None, Settings(spark=SparkSettings(retry_for_s=300)), [], available_now=True, sleep=lambda s: None)
+    sup.backoff("shop.orders", RuntimeError("java.lang.IllegalStateException: something odd\n\tat a.b.C(C.java:1)"))
+    line = capsys.readouterr().err
+    assert line == "shop.orders: unexpected failure: java.lang.IllegalStateException: something odd, retrying in 1 s\n"
