@@ -8,7 +8,8 @@ import re
 
 from cdc.config.models import Settings
 from cdc.errors import CdcError
-from cdc.register.connector import ConnectClient, connector_name, slot_name
+from cdc.config.loader import load_tables
+from cdc.register.connector import ConnectClient, connector_name, slot_name, topic_for
 from cdc.sources import module_of
 
 RUNNING = "RUNNING"
@@ -26,15 +27,43 @@ def task_error(trace: str | None) -> tuple[str | None, str | None]:
     return lines[0], causes[-1] if causes else lines[0]
 
 
-def explain(settings: Settings, source: str, trace: str | None) -> str | None:
+def explain(settings: Settings, source: str, trace: str | None, task: int | None = None) -> str | None:
     """What a failed task's trace means and what to do, when cdc knows."""
     too_large = TOO_LARGE.search(trace or "")
     if too_large:
         limit = settings.kafka.max_record_bytes
-        return (f"a change record of source {source} is {int(too_large[1]):,} bytes, larger than "
+        table = refused_table(settings, source, task)
+        return (f"a change record of source {source}" + (f" (table {table})" if table else "")
+                + f" is {int(too_large[1]):,} bytes, larger than "
                 f"kafka.max_record_bytes ({limit:,}): raise it in cdc.yaml (and the broker's message.max.bytes "
                 f"when the broker is not the local stack's), then run `cdc register` (it applies the new limit and restarts capture)")
     return None
+
+
+WORKER_LOG_TAIL = 4 * 1024 * 1024  # how much of the local Connect worker's log is searched
+
+
+def refused_table(settings: Settings, source: str, task: int | None) -> str | None:
+    """The table whose record the source's task could not send, when the Connect worker is
+    the local stack's (its log names the topic; the task's trace does not), else None."""
+    if settings.connect.url is not None or task is None:
+        return None
+    log = settings.state_dir / "run" / "connect.log"
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, log.stat().st_size - WORKER_LOG_TAIL))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    task_id = re.escape(f"{connector_name(source)}-{task}")
+    sent = re.findall(rf"WorkerSourceTask\{{id={task_id}\}} failed to send record to (\S+?):", tail)
+    if not sent:
+        return None
+    try:
+        names = {topic_for(source, t): t.name for t in load_tables(settings) if t.source.name == source}
+    except CdcError:
+        names = {}
+    return names.get(sent[-1], f"topic {sent[-1]}")
 
 
 def source_capture(settings: Settings, source: str, client: ConnectClient | None = None,
@@ -57,7 +86,7 @@ def source_capture(settings: Settings, source: str, client: ConnectClient | None
     for t in found.get("tasks", []):
         first, cause = task_error(t.get("trace"))
         tasks.append({"id": t.get("id"), "state": t.get("state"), "error": first, "cause": cause,
-                      "explanation": explain(settings, source, t.get("trace"))})
+                      "explanation": explain(settings, source, t.get("trace"), t.get("id"))})
     capturing = state == RUNNING and bool(tasks) and all(t["state"] == RUNNING for t in tasks)
     reason = None
     if not capturing:

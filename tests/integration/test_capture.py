@@ -126,6 +126,7 @@ def test_a_paused_and_a_failed_capture_are_shown_then_brought_back(small_limit, 
     (task,) = as_json["sources"][0]["tasks"]
     assert task["state"] == "FAILED" and "RecordTooLargeException" in task["cause"]
     assert "kafka.max_record_bytes (1,048,576)" in as_json["sources"][0]["reason"]
+    assert f"a change record of source {env.source} (table {name}) is " in as_json["sources"][0]["reason"]
     assert as_json["tables"][0]["state"] == "capture-stopped" and "kafka.max_record_bytes" in text
     assert check == 1 and row["status"] == "CAPTURE-STOPPED"
 
