@@ -36,9 +36,26 @@ def expand_env(value: Any, where: str) -> Any:
     return value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that names a key twice (the last would win)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                continue  # the safe loader refuses an unhashable key itself
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def _read_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist", hint="pass --config PATH or run from the repository root")
     except yaml.YAMLError as e:

@@ -3,6 +3,7 @@ says of the table (its columns and primary key), and each registration with its 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import yaml
@@ -35,13 +36,25 @@ def add(settings: Settings, schema: str, table: str, source: str | None = None, 
     kind = module_of(settings, reg.source.name)
     with kind.connect(settings, reg.source.name) as conn:
         src = kind.describe_table(conn, reg)
-    columns = "\n".join(f"#   {c.name} {c.source_type or c.kind}{'' if c.nullable else ' not null'}"
-                        f"{'  (key)' if c.name in src.key else ''}" for c in src.columns)
-    header = (f"# {reg.source.name}: {schema}.{table}, introspected {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} "
-              f"UTC by `cdc tables add`.\n# Columns (cdc register reads them again from the source):\n{columns}\n")
     tables_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + yaml.safe_dump({**body, "key": list(src.key)}, sort_keys=False))
+    path.write_text(header(reg, src) + yaml.safe_dump({**body, "key": list(src.key)}, sort_keys=False))
     return path
+
+
+def header(reg: TableRegistration, src) -> str:
+    """The comment above a written registration: the source's columns as it described them.
+    Names and types come from the source, so each is a JSON string literal (ASCII, escapes
+    for line breaks and every other control or non-ASCII character): a comment line can
+    never end early and become configuration."""
+    def text(value: str) -> str:
+        return json.dumps(value, ensure_ascii=True)
+
+    columns = "\n".join(f"#   {text(c.name)} {text(c.source_type or c.kind)}{'' if c.nullable else ' not null'}"
+                        f"{'  (key)' if c.name in src.key else ''}" for c in src.columns)
+    return (f"# {reg.source.name}: {reg.source.schema_}.{reg.source.table}, introspected "
+            f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by `cdc tables add`.\n"
+            f"# Columns (name and type as JSON strings; cdc register reads them again from the source):\n"
+            f"{columns}\n")
 
 
 def listing(settings: Settings) -> list[dict]:

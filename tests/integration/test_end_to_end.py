@@ -181,7 +181,7 @@ def test_tables_add_introspects_a_composite_key_and_refuses_a_keyless_table(env,
     written = (tables / f"{s}.lines_added.yaml").read_text()
     assert yaml.safe_load(written) == {"name": f"{s}.lines_added", "source": {"schema": s, "table": "lines"},
                                        "key": ["order_id", "line_no"]}
-    assert "#   sku text" in written and "#   line_no smallint not null  (key)" in written
+    assert '#   "sku" "text"' in written and '#   "line_no" "smallint" not null  (key)' in written
     capsys.readouterr()
     assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", f"{s}.lines_added") == 2
     assert "already exists" in capsys.readouterr().err and (tables / f"{s}.lines_added.yaml").read_text() == written

@@ -49,7 +49,11 @@ def test_unset_env_reference_names_the_variable(project, monkeypatch):
      r"not a plain identifier"),
     ("shop.other", "name: shop.orders\nsource: {schema: public, table: orders}\n",
      r"must be named shop.orders.yaml"),
-], ids=["unknown-key", "unknown-source", "missing-table", "identifier", "file-name"])
+    ("shop.orders", "name: shop.orders\nsource: {schema: public, table: orders}\nsink: delta\nsink: iceberg\n",
+     r"key 'sink' is given twice \(lines 3 and 4\)"),
+    ("shop.orders", "name: shop.orders\nsource: {schema: public, table: orders, table: customers}\n",
+     r"key 'table' is given twice"),
+], ids=["unknown-key", "unknown-source", "missing-table", "identifier", "file-name", "key-twice", "nested-key-twice"])
 def test_bad_registrations_are_refused_by_name(project, file, body, error):
     write_table(project, file, body)
     with pytest.raises(ConfigError, match=error):
