@@ -40,15 +40,24 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
               + (f", {len(src.columns)} columns" if created else ""))
 
-    # A connector's include list covers every registration of its source, not only the
-    # selected ones, so registering one table never drops another from capture.
-    everything = load_tables(settings)
     client = ConnectClient(settings.connect_url)
     for source in sorted({r.source.name for r in selected}):
+        tables = captured(settings, client, source, selected)
         if dry_run:
-            _plan_source(settings, client, source, [t for t in everything if t.source.name == source])
+            _plan_source(settings, client, source, tables)
             continue
-        _register_source(settings, client, source, [t for t in everything if t.source.name == source], wait_snapshot)
+        _register_source(settings, client, source, tables, wait_snapshot)
+
+
+def captured(settings: Settings, client: ConnectClient, source: str,
+             selected: list[TableRegistration]) -> list[TableRegistration]:
+    """What the source's connector captures once `selected` are registered: the selected
+    tables and those it captures already, never a registration file not yet registered."""
+    config = client.config(connector_name(source)) or {}
+    before = set(config.get("table.include.list", "").split(","))
+    chosen = {t.name for t in selected}
+    return [t for t in load_tables(settings) if t.source.name == source
+            and (t.name in chosen or f"{t.source.schema_}.{t.source.table}" in before)]
 
 
 def _plan_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration]) -> None:

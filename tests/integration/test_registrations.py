@@ -31,3 +31,28 @@ def test_tables_add_writes_only_what_cdc_decided(it_env):
     assert env.cdc("register", "--table", f"{s}.hostile") == 0
     env.replicate("hostile", env.transaction(f'UPDATE "{s}".hostile SET "{HOSTILE["hash"]}" = \'changed\''))
     assert env.assert_equal("hostile") == 1
+
+
+def include_list(env) -> set[str]:
+    from cdc.register.connector import ConnectClient, connector_name
+
+    return set(ConnectClient(env.settings.connect_url).config(connector_name(env.source))["table.include.list"]
+               .split(","))
+
+
+def test_register_one_table_captures_it_alone(it_env):
+    env, s = it_env, it_env.schema
+    for t in ("only_a", "only_b"):
+        env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v int)')
+        env.sql(f'INSERT INTO "{s}".{t} VALUES (1, 1)')
+        assert env.cdc("tables", "add", "--schema", s, "--table", t) == 0
+    before = include_list(env)
+    assert env.cdc("register", "--table", f"{s}.only_a") == 0
+    assert include_list(env) == before | {f"{s}.only_a"}  # not only_b: added, never registered
+    env.replicate("only_a")
+    assert env.assert_equal("only_a") == 1
+    assert env.cdc("register", "--table", f"{s}.only_b") == 0  # then only_b, and only_a stays
+    assert include_list(env) == before | {f"{s}.only_a", f"{s}.only_b"}
+    env.replicate("only_b", env.transaction(f'UPDATE "{s}".only_a SET v = 2', f'UPDATE "{s}".only_b SET v = 2'))
+    env.replicate("only_a")
+    assert env.assert_equal("only_a") == 1 and env.assert_equal("only_b") == 1
