@@ -31,9 +31,10 @@ from cdc.jobs.runner import load_target, run
 from cdc.jobs.session import get_session
 from cdc.report.log import log
 from cdc.planning.protect import mask_columns, mask_key
-from cdc.register.connector import ConnectClient, connector_name
+from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.topics import topic_id, watermarks
-from cdc.sinks.iceberg import check_protection, table_columns
+from cdc.sinks.iceberg import check_owner, check_protection, table_columns
+from cdc.sinks.targets import shown_name
 from cdc.sources import module_of, postgres
 
 DEFAULT_CHUNK_ROWS = 500_000
@@ -51,6 +52,7 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
     spark = get_session(settings).newSession()
     table = load_target(spark, settings, reg)[1]  # sinks/targets.py: Iceberg or Delta
     columns, key, topic = table_columns(table.properties())
+    check_owner(reg, table.properties(), topic_for(reg.source.name, reg), shown_name(settings, reg))
     check_protection(reg, table.properties())
     text = table.properties().get(PROPERTY)
     current = Bootstrap.from_json(text) if text else None

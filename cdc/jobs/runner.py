@@ -28,7 +28,7 @@ from cdc.report import metrics
 from cdc.report.capture import source_capture
 from cdc.report.log import log
 from cdc.planning.protect import mask_key
-from cdc.sinks.iceberg import check_protection, table_columns
+from cdc.sinks.iceberg import check_owner, check_protection, table_columns
 from cdc.sinks.targets import open_table, shown_name, target_refs
 
 
@@ -64,6 +64,7 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     ref, table = load_target(spark, settings, reg)
     properties = table.properties()
     columns, key, topic = table_columns(properties)
+    check_owner(reg, properties, topic_for(reg.source.name, reg), shown_name(settings, reg))
     check_protection(reg, properties)
     boot = check_not_running(reg.name, properties)
     if topic not in existing_topics(settings.kafka_bootstrap):

@@ -25,17 +25,20 @@ MASK = "****"  # what a dry run shows of a password
 
 def register(settings: Settings, selected: list[TableRegistration], wait_snapshot: bool = True,
              dry_run: bool = False) -> None:
-    """With `dry_run`, print the target, topic and connector changes it would make, and make none."""
+    """With `dry_run`, print the target, topic and connector changes it would make, and make
+    none. Every selected table is checked first (its source table, its target's owner, key
+    and settings): a refused table changes nothing, for itself or the others."""
+    check_targets_unique(settings, selected)
     catalog = load_catalog(settings)
+    described = []
     for reg in selected:
         kind = module_of(settings, reg.source.name)
         with kind.connect(settings, reg.source.name) as conn:
-            src = kind.describe_table(conn, reg)
-        topic = topic_for(reg.source.name, reg)
-        if reg.sink == "delta":
-            created = delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run)
-        else:
-            created = iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run, settings=settings)
+            described.append((reg, kind.describe_table(conn, reg)))
+    would = [ensure_target(settings, catalog, reg, src, dry_run=True) for reg, src in described]  # checks only
+    for (reg, src), created in zip(described, would):
+        if not dry_run:
+            created = ensure_target(settings, catalog, reg, src, dry_run=False)
         done = ("would be created" if dry_run else "created") if created else "exists"
         print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
               + (f", {len(src.columns)} columns" if created else ""))
@@ -47,6 +50,26 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
             _plan_source(settings, client, source, tables)
             continue
         _register_source(settings, client, source, tables, wait_snapshot)
+
+
+def ensure_target(settings: Settings, catalog, reg: TableRegistration, src, dry_run: bool) -> bool:
+    """The table's target created, or checked and brought up to date (sinks/)."""
+    topic = topic_for(reg.source.name, reg)
+    if reg.sink == "delta":
+        return delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run)
+    return iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run, settings=settings)
+
+
+def check_targets_unique(settings: Settings, selected: list[TableRegistration]) -> None:
+    """No two registrations name the same target: refused before anything changes."""
+    chosen = {t.name for t in selected}
+    owners: dict[tuple[str, str], TableRegistration] = {}
+    for t in load_tables(settings):
+        other = owners.setdefault((t.sink, t.target), t)
+        if other is not t and chosen & {t.name, other.name}:
+            raise ConfigError(f"registrations {other.name} ({other.file}) and {t.name} ({t.file}) both name "
+                              f"target {shown_name(settings, t)}; a target has one owner",
+                              hint="give each its own `target:`, or remove the file that should not be there")
 
 
 def captured(settings: Settings, client: ConnectClient, source: str,

@@ -11,8 +11,8 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.control.commits import OFFSETS
 from cdc.errors import ApplyError, ConfigError
 from cdc.planning.sql import q
-from cdc.sinks.iceberg import (LIVE_ROWS, METADATA_COLUMNS, MODE_COLUMNS, PROP_KEY, PROP_SNAPSHOT, check_protection,
-                               protection_properties, target_properties)
+from cdc.sinks.iceberg import (LIVE_ROWS, METADATA_COLUMNS, MODE_COLUMNS, PROP_KEY, PROP_SNAPSHOT, check_owner,
+                               check_protection, protection_properties, target_properties)
 from cdc.sources.types import Column
 
 # Deletes and updates mark rows in deletion vectors instead of rewriting files.
@@ -117,6 +117,7 @@ def ensure_table(settings: Settings, reg: TableRegistration, columns: tuple[Colu
     columns, props = target_properties(reg, columns, key, topic)
     if table is not None:
         recorded = properties(table)
+        check_owner(reg, recorded, topic, str(path))
         existing = json.loads(recorded.get(PROP_KEY, "null"))
         if existing != list(key):
             raise ConfigError(f"target {path} exists with key {existing}, but {reg.name} now has key {list(key)}",

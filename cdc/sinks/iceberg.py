@@ -54,6 +54,7 @@ PROP_MASKED = "cdc.masked"
 PROP_EXCLUDED = "cdc.excluded"
 PROP_KEY = "cdc.key"
 PROP_TOPIC = "cdc.topic"
+PROP_OWNER = "cdc.registration"  # the registration that created the target: the only one that writes it
 PROP_SNAPSHOT = "cdc.source-snapshot"  # how the target's existing rows were captured
 
 TABLE_PROPERTIES = {
@@ -119,6 +120,19 @@ def check_protection(reg: TableRegistration, properties: dict) -> None:
                                "and run `cdc register` then `cdc bootstrap` to rebuild it")
 
 
+def check_owner(reg: TableRegistration, properties: dict, topic: str, shown: str) -> None:
+    """The target belongs to `reg`: created by it (or, made before owners were recorded,
+    for the same topic). Another registration naming it is refused before anything changes."""
+    owner, recorded_topic = properties.get(PROP_OWNER), properties.get(PROP_TOPIC)
+    if owner == reg.name or (owner is None and recorded_topic == topic):
+        return
+    whose = (f"belongs to registration {owner}" if owner else
+             f"was registered for topic {recorded_topic}" if recorded_topic else "was not created by `cdc register`")
+    raise ConfigError(f"table {reg.name}: its target {shown} {whose}; a target has one owner", table=reg.name,
+                      hint=f"give {reg.name} a target of its own (`target: <namespace>.<table>` in "
+                           f"{reg.file or 'its registration'})")
+
+
 def partition_spec(schema: Schema, key: tuple[str, ...], buckets: int) -> PartitionSpec:
     if buckets == 0:
         return PartitionSpec()
@@ -133,7 +147,7 @@ def target_properties(reg: TableRegistration, columns: tuple[Column, ...], key: 
     a job how to decode its topic."""
     columns = protected_columns(reg, columns, key)
     return columns, {PROP_COLUMNS: json.dumps([c.to_json() for c in columns]), PROP_KEY: json.dumps(list(key)),
-                     PROP_TOPIC: topic}
+                     PROP_TOPIC: topic, PROP_OWNER: reg.name}
 
 
 def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
@@ -149,6 +163,7 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
         table = None
     columns, props = target_properties(reg, columns, key, topic)
     if table is not None:
+        check_owner(reg, table.properties, topic, f"{catalog.name}.{reg.target}")
         existing = json.loads(table.properties.get(PROP_KEY, "null"))
         if existing != list(key):
             raise ConfigError(f"target {reg.target} exists with key {existing}, but {reg.name} now has key {list(key)}",

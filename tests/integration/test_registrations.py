@@ -56,3 +56,43 @@ def test_register_one_table_captures_it_alone(it_env):
     env.replicate("only_b", env.transaction(f'UPDATE "{s}".only_a SET v = 2', f'UPDATE "{s}".only_b SET v = 2'))
     env.replicate("only_a")
     assert env.assert_equal("only_a") == 1 and env.assert_equal("only_b") == 1
+
+
+def test_a_target_has_one_owner(it_env, capsys):
+    from cdc.register.connector import ConnectClient, connector_name
+
+    env, s = it_env, it_env.schema
+    tables = env.settings.path(env.settings.tables_dir)
+    for t in ("owned", "other"):
+        env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v text)')
+        env.sql(f'INSERT INTO "{s}".{t} VALUES (1, \'{t}\')')
+    env.register_table("owned")
+    assert env.cdc("register", "--table", f"{s}.owned") == 0
+    env.replicate("owned")
+    client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    before = (env.catalog.load_table(f"{s}.owned").properties, client.config(connector))
+    thief = tables / f"{s}.thief.yaml"
+    thief.write_text(yaml.safe_dump({"name": f"{s}.thief", "source": {"schema": s, "table": "other"},
+                                     "target": f"{s}.owned"}))
+    try:
+        for args in (("--dry-run",), ()):  # both files name the target: refused before anything changes
+            capsys.readouterr()
+            assert env.cdc("register", *args, "--table", f"{s}.thief") == 2
+            err = capsys.readouterr().err
+            assert f"registrations {s}.owned" in err and f"and {s}.thief" in err and "one owner" in err, err
+        aside = tables / f"{s}.owned.yaml"
+        aside.rename(aside.with_suffix(".away"))  # the owner's file gone: the target's own record refuses
+        try:
+            for args in (("register", "--table", f"{s}.thief"),
+                         ("run", "--available-now", "--table", f"{s}.thief")):
+                capsys.readouterr()
+                assert env.cdc(*args) != 0
+                err = capsys.readouterr().err
+                assert f"its target lake.{s}.owned belongs to registration {s}.owned" in err, err
+        finally:
+            aside.with_suffix(".away").rename(aside)
+    finally:
+        thief.unlink()
+    assert (env.catalog.load_table(f"{s}.owned").properties, client.config(connector)) == before
+    env.replicate("owned", env.transaction(f'UPDATE "{s}".owned SET v = \'still mine\''))
+    assert env.assert_equal("owned") == 1
