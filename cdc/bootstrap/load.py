@@ -30,7 +30,7 @@ from cdc.errors import ConfigError, DependencyError
 from cdc.jobs.runner import load_target, run
 from cdc.jobs.session import get_session
 from cdc.report.log import log
-from cdc.planning.protect import mask_columns, mask_key
+from cdc.planning.protect import mask_columns, target_mask_key
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.topics import topic_id, watermarks
 from cdc.sinks.iceberg import check_owner, check_protection, table_columns
@@ -54,6 +54,7 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
     columns, key, topic = table_columns(table.properties())
     check_owner(reg, table.properties(), topic_for(reg.source.name, reg), shown_name(settings, reg))
     check_protection(reg, table.properties())
+    target_mask_key(settings, reg, table.properties())  # another key than the target's: refused before any work
     text = table.properties().get(PROPERTY)
     current = Bootstrap.from_json(text) if text else None
     started = time.monotonic()
@@ -135,7 +136,7 @@ def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootst
             rows = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, boot.key_column,
                                                        boot.chunks[i], exported.name, partitions),
                                        columns, exported.taken_at, mode=reg.mode)
-            rows = mask_columns(rows, reg.mask, mask_key(settings, reg))  # never written in clear
+            rows = mask_columns(rows, reg.mask, target_mask_key(settings, reg, table.properties()))  # never in clear
             record = json.dumps({"id": boot.id, "index": i, "snapshot": asdict(snapshot)})
             added = table.append(rows, {CHUNK: record})
             boot.snapshots[i] = snapshot

@@ -27,7 +27,7 @@ from cdc.register.topics import existing_topics, offsets_at, topic_id, watermark
 from cdc.report import metrics
 from cdc.report.capture import source_capture
 from cdc.report.log import log
-from cdc.planning.protect import mask_key
+from cdc.planning.protect import target_mask_key
 from cdc.sinks.iceberg import check_owner, check_protection, table_columns
 from cdc.sinks.targets import open_table, shown_name, target_refs
 
@@ -44,6 +44,7 @@ class Target:
     committed: dict[int, int]
     topic_id: str | None
     held: str | None = None  # Spark SQL: true for a change the bootstrap rows already hold
+    mask_key: bytes | None = None  # the masking key, checked against the target's
 
 
 def load_target(spark, settings: Settings, reg: TableRegistration):
@@ -80,7 +81,8 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     current_id = topic_id(settings.kafka_bootstrap, topic)
     check_offsets_available(reg.name, topic, committed, watermarks(settings.kafka_bootstrap, topic),
                             (summary or {}).get(commits.TOPIC_ID), current_id)
-    return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None)
+    return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None,
+                  target_mask_key(settings, reg, properties))
 
 
 def batch_sizing(options, available_now: bool) -> dict[str, str]:
@@ -120,7 +122,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            source_kind=settings.sources[reg.source.name].kind,
                            registry=registry_of(settings, reg),
                            kafka_bootstrap=settings.kafka_bootstrap, mode=reg.mode, excluded=reg.exclude,
-                           masked=reg.mask, mask_key=mask_key(settings, reg),
+                           masked=reg.mask, mask_key=target.mask_key,
                            format_version=settings.catalog.format_version).prepare(spark)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
               .option("checkpointLocation", str(checkpoint)))

@@ -39,6 +39,33 @@ def mask_value(value: str, key: bytes) -> str:
     return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
 
 
+PROP_MASK_KEY = "cdc.mask-key-fingerprint"  # which key a target's hashes were made with (never the key)
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A fingerprint of a masking key: an HMAC of a fixed text, which does not reveal the key."""
+    return hmac.new(key, b"cdc masking key fingerprint", hashlib.sha256).hexdigest()[:16]
+
+
+def target_mask_key(settings: Settings, reg: TableRegistration, properties: dict) -> bytes | None:
+    """The masking key, checked against the one the target's hashes were made with."""
+    key = mask_key(settings, reg)
+    check_mask_key(reg, properties, key)
+    return key
+
+
+def check_mask_key(reg: TableRegistration, properties: dict, key: bytes | None) -> None:
+    """Another key than the target's would leave it with hashes of two keys (the same value
+    no longer joins): refused."""
+    recorded = properties.get(PROP_MASK_KEY)
+    if key is not None and recorded is not None and recorded != key_fingerprint(key):
+        raise ConfigError(f"table {reg.name}: the masking key is not the one its target's hashes were made with "
+                          f"(fingerprint {key_fingerprint(key)}, the target's {recorded})", table=reg.name,
+                          hint="use the original key (masking.key or masking.key_file); to rotate it, rebuild the "
+                               "target: drop it (and its __cdc_deletes), then `cdc register` and `cdc bootstrap` "
+                               "with the new key (README: masked columns)")
+
+
 def mask_key(settings: Settings, reg: TableRegistration) -> bytes | None:
     """The masking key of a table with masked columns (None when it has none)."""
     if not reg.mask:

@@ -12,6 +12,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, ConnectorError
 from cdc.register.connector import (DOWN, ConnectClient, connector_config, connector_name, secret_file_ref,
                                     topic_for, write_secret)
+from cdc.planning.protect import mask_key
 from cdc.register.topics import ensure_topics, existing_topics
 from cdc.report.capture import format_text, source_capture, task_error
 from cdc.sinks import delta, iceberg
@@ -54,10 +55,11 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
 
 def ensure_target(settings: Settings, catalog, reg: TableRegistration, src, dry_run: bool) -> bool:
     """The table's target created, or checked and brought up to date (sinks/)."""
-    topic = topic_for(reg.source.name, reg)
+    topic, key = topic_for(reg.source.name, reg), mask_key(settings, reg)
     if reg.sink == "delta":
-        return delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run)
-    return iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run, settings=settings)
+        return delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run, mask_key=key)
+    return iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run, settings=settings,
+                                mask_key=key)
 
 
 def check_targets_unique(settings: Settings, selected: list[TableRegistration]) -> None:

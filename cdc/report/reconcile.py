@@ -15,13 +15,14 @@ from pyspark.sql import functions as F
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.planning.position import after_count
+from cdc.planning.protect import target_mask_key
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.planning.sql import q
 from cdc.report import history
 from cdc.report.log import log
 from cdc.report.deep import differences
 from cdc.report.capture import source_capture
-from cdc.report.status import table_status
+from cdc.report.status import found_target, table_status
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.iceberg import live_rows_filter
@@ -138,6 +139,10 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
     catalog = load_catalog(settings)
     client = ConnectClient(settings.connect_url)
     compare_rows = _deep_compare(settings, limit) if deep else None
+    for reg in tables if deep else []:  # another masking key than the target's: refused before any wait
+        found = found_target(settings, catalog, reg) if reg.mask else None
+        if found is not None:
+            target_mask_key(settings, reg, found["properties"])
     captures = {s: source_capture(settings, s, client) for s in sorted({t.source.name for t in tables})}
     rows = [reconcile_table(settings, catalog, client, reg, wait_s, compare_rows, capture=captures[reg.source.name])
             for reg in tables]
@@ -157,7 +162,7 @@ def _deep_compare(settings: Settings, limit: int):
     from cdc.jobs.runner import load_target
     from cdc.jobs.session import get_session
     from cdc.report import deep
-    from cdc.planning.protect import mask_columns, mask_key
+    from cdc.planning.protect import mask_columns
     from cdc.sinks.iceberg import LIVE_ROWS, table_columns
 
     spark = get_session(settings).newSession()
@@ -176,7 +181,7 @@ def _deep_compare(settings: Settings, limit: int):
         partitions = max(2, spark.sparkContext.defaultParallelism * 2)
         source = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, None, Chunk(), snapshot.name,
                                                      partitions), columns, snapshot.taken_at, strict=False)
-        source = mask_columns(source, reg.mask, mask_key(settings, reg))
+        source = mask_columns(source, reg.mask, target_mask_key(settings, reg, table.properties()))
         source = source.select(*[F.col(q(n)).cast(types[n]).alias(n) for n in names])
         started = time.monotonic()
         found = deep.compare(source, target, names, key, limit)

@@ -66,10 +66,15 @@ def _delta(settings: Settings, reg: TableRegistration) -> dict | None:
             "dead_letters": delta.live_rows(letters, "upsert") if letters is not None else 0}
 
 
+def found_target(settings: Settings, catalog, reg: TableRegistration) -> dict | None:
+    """The table's target as status reads it (its properties, newest summary, ...), or None."""
+    return _delta(settings, reg) if reg.sink == "delta" else _iceberg(catalog, reg)
+
+
 def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
     out = {"name": reg.name, "sink": reg.sink, "target": shown_name(settings, reg),
            "mode": reg.mode, "location": None, "job": jobstate.read(settings.state_dir, reg.name)}
-    found = _delta(settings, reg) if reg.sink == "delta" else _iceberg(catalog, reg)
+    found = found_target(settings, catalog, reg)
     if found is None:
         return {**out, "registered": False}
     topic = found["properties"].get(PROP_TOPIC)

@@ -10,6 +10,7 @@ from pathlib import Path
 from cdc.config.models import Settings, TableRegistration
 from cdc.control.commits import OFFSETS
 from cdc.errors import ApplyError, ConfigError
+from cdc.planning.protect import check_mask_key
 from cdc.planning.sql import q
 from cdc.sinks.iceberg import (LIVE_ROWS, METADATA_COLUMNS, MODE_COLUMNS, PROP_KEY, PROP_SNAPSHOT, check_owner,
                                check_protection, protection_properties, target_properties)
@@ -109,15 +110,16 @@ def _spark(settings: Settings):
 
 
 def ensure_table(settings: Settings, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
-                 topic: str, dry_run: bool = False) -> bool:
+                 topic: str, dry_run: bool = False, mask_key: bytes | None = None) -> bool:
     """Create the target if it is missing (True; with `dry_run`: when it would be, and
     nothing changes). An existing target must have been registered with the same key."""
     path = location(settings, reg.target)
     table = open_table(path)
-    columns, props = target_properties(reg, columns, key, topic)
+    columns, props = target_properties(reg, columns, key, topic, mask_key)
     if table is not None:
         recorded = properties(table)
         check_owner(reg, recorded, topic, str(path))
+        check_mask_key(reg, recorded, mask_key)
         existing = json.loads(recorded.get(PROP_KEY, "null"))
         if existing != list(key):
             raise ConfigError(f"target {path} exists with key {existing}, but {reg.name} now has key {list(key)}",

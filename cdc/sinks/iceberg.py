@@ -13,7 +13,7 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
-from cdc.planning.protect import protected_columns
+from cdc.planning.protect import PROP_MASK_KEY, check_mask_key, key_fingerprint, protected_columns
 from cdc.sources.types import Column
 
 # Metadata columns every target carries, after the source's columns.
@@ -142,16 +142,18 @@ def partition_spec(schema: Schema, key: tuple[str, ...], buckets: int) -> Partit
 
 
 def target_properties(reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
-                      topic: str) -> tuple[tuple[Column, ...], dict[str, str]]:
+                      topic: str, mask_key: bytes | None = None) -> tuple[tuple[Column, ...], dict[str, str]]:
     """The target's columns (masked and excluded ones applied) and the properties that tell
     a job how to decode its topic."""
     columns = protected_columns(reg, columns, key)
+    fingerprint = {PROP_MASK_KEY: key_fingerprint(mask_key)} if mask_key else {}
     return columns, {PROP_COLUMNS: json.dumps([c.to_json() for c in columns]), PROP_KEY: json.dumps(list(key)),
-                     PROP_TOPIC: topic, PROP_OWNER: reg.name}
+                     PROP_TOPIC: topic, PROP_OWNER: reg.name, **fingerprint}
 
 
 def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
-                 topic: str, dry_run: bool = False, settings: Settings | None = None) -> bool:
+                 topic: str, dry_run: bool = False, settings: Settings | None = None,
+                 mask_key: bytes | None = None) -> bool:
     """Create the target if it is missing (at format version 2, which pyiceberg writes; its
     job raises it, see CatalogSettings.format_version). True when created (with `dry_run`:
     when it would be, and nothing changes). An existing target must have been registered
@@ -161,9 +163,10 @@ def ensure_table(catalog, reg: TableRegistration, columns: tuple[Column, ...], k
         table = catalog.load_table(reg.target)
     except NoSuchTableError:
         table = None
-    columns, props = target_properties(reg, columns, key, topic)
+    columns, props = target_properties(reg, columns, key, topic, mask_key)
     if table is not None:
         check_owner(reg, table.properties, topic, f"{catalog.name}.{reg.target}")
+        check_mask_key(reg, table.properties, mask_key)
         existing = json.loads(table.properties.get(PROP_KEY, "null"))
         if existing != list(key):
             raise ConfigError(f"target {reg.target} exists with key {existing}, but {reg.name} now has key {list(key)}",

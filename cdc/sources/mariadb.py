@@ -15,7 +15,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError
 from cdc.sources import no_key, password
 from cdc.sources.postgres import SourceTable
-from cdc.sources.types import mariadb_column
+from cdc.sources.types import check_columns, mariadb_column
 
 _BINLOG_INDEX = re.compile(r"\.(\d+)$")
 
@@ -71,6 +71,7 @@ def describe_table(conn: pymysql.Connection, reg: TableRegistration) -> SourceTa
         key = primary_key
         if not key:
             raise no_key(schema, table, reg)
+    check_columns(columns, where, reg.sink, reg.exclude, str(reg.file or "its registration"))
     columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
     return SourceTable(columns, key)
 

@@ -11,7 +11,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError
 from cdc.planning.position import parse_lsn
 from cdc.sources import no_key, password
-from cdc.sources.types import Column, postgres_column
+from cdc.sources.types import Column, check_columns, postgres_column
 
 
 def connect(settings: Settings, name: str) -> psycopg.Connection:
@@ -67,6 +67,7 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
         if not key:
             raise no_key(schema, table, reg)
     # Key columns are never null in the target.
+    check_columns(columns, where, reg.sink, reg.exclude, str(reg.file or "its registration"))
     columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
     return SourceTable(columns, key)
 

@@ -203,14 +203,45 @@ def ambiguous_arrays(columns: tuple["Column", ...]) -> tuple["Column", ...]:
                  and placeholder_sql(c) is None)
 
 
+DELTA_REFUSED = set(" ,;{}()\n\t=")  # characters Delta Lake refuses in a column name (no column mapping)
+
+
+def check_columns(columns: tuple[Column, ...], table: str, sink: str, exclude: tuple[str, ...] = (),
+                  where: str = "its registration") -> None:
+    """What Debezium, Spark or the sink would refuse of a source table's column names,
+    found before anything is created: the reserved prefix (in any case), names that differ
+    only by case (Debezium refuses the table; Spark resolves names without case), and for
+    Delta, characters it refuses in a name. `exclude`d columns never reach the target."""
+    names = [c.name for c in columns]
+    by_case: dict[str, list[str]] = {}
+    for n in names:
+        by_case.setdefault(n.lower(), []).append(n)
+    twins = [group for group in by_case.values() if len(group) > 1]
+    if twins:
+        raise ConfigError(f"{table}: columns that differ only by case: "
+                          + "; ".join(", ".join(repr(n) for n in g) for g in twins),
+                          hint="rename one of each at the source: Debezium refuses such a table (its task fails "
+                               "for every table of the source) and Spark cannot tell them apart")
+    kept = [n for n in names if n not in exclude]
+    reserved = [n for n in kept if n.lower().startswith(METADATA_PREFIX)]
+    if reserved:
+        raise ConfigError(f"{table}: column(s) {', '.join(repr(n) for n in reserved)} use the prefix "
+                          f"{METADATA_PREFIX!r} (in any case) reserved for cdc's metadata columns",
+                          hint=f"rename them at the source, or leave them out of the target with `exclude:` in "
+                               f"{where}")
+    refused = [n for n in kept if sink == "delta" and DELTA_REFUSED & set(n)]
+    if refused:
+        raise ConfigError(f"{table}: column(s) {', '.join(repr(n) for n in refused)} hold characters a Delta "
+                          f"table refuses in a name (space , ; {{ }} ( ) newline tab =)",
+                          hint=f"rename them at the source, leave them out with `exclude:` in {where}, or use "
+                               f"the iceberg sink")
+
+
 def postgres_column(name: str, data_type: str, nullable: bool, numeric_precision: int | None,
                     numeric_scale: int | None, datetime_precision: int | None, table: str,
                     udt_name: str = "", type_kind: str = "") -> Column:
     """The kind of one PostgreSQL column (information_schema terms, plus pg_type's udt name
     and typtype), or a ConfigError."""
-    if name.startswith(METADATA_PREFIX):
-        raise ConfigError(f"{table}: column {name!r} uses the prefix {METADATA_PREFIX!r} reserved for cdc's "
-                          f"metadata columns", hint="rename the column or leave the table unregistered")
     if data_type in _PG_SIMPLE:
         return Column(name, _PG_SIMPLE[data_type], nullable, source_type=data_type)
     if data_type == "numeric" and numeric_precision is None:
@@ -300,9 +331,6 @@ _MARIADB_SIMPLE = {
 def mariadb_column(name: str, data_type: str, column_type: str, nullable: bool, numeric_precision: int | None,
                    numeric_scale: int | None, datetime_precision: int | None, table: str) -> Column:
     """The kind of one MariaDB column (information_schema terms), or a ConfigError."""
-    if name.startswith(METADATA_PREFIX):
-        raise ConfigError(f"{table}: column {name!r} uses the prefix {METADATA_PREFIX!r} reserved for cdc's "
-                          f"metadata columns", hint="rename the column or leave the table unregistered")
     data_type, column_type = data_type.lower(), (column_type or data_type).lower()
     unsigned = "unsigned" in column_type
     shown = column_type

@@ -101,3 +101,32 @@ def cleartext_in_files(location: str, values: list[str]) -> list[str]:
             data = path.read_bytes()
             found += [f"{path}: {v}" for v in values if v.encode() in data]
     return found
+
+
+def test_another_masking_key_is_refused(env, tmp_path, capsys):
+    """A target records its key's fingerprint: register, run, bootstrap and a deep reconcile
+    with another key are refused, and the target is unchanged."""
+    from cdc.planning.protect import PROP_MASK_KEY, key_fingerprint
+
+    s = env.schema
+    people = env.catalog.load_table(f"{s}.people")
+    assert people.properties[PROP_MASK_KEY] == key_fingerprint(MASK_KEY)
+    assert MASK_KEY.decode() not in json.dumps(people.properties)
+    snapshot = people.current_snapshot().snapshot_id
+    other = tmp_path / "other-key"
+    other.write_bytes(b"another key")
+    doc = yaml.safe_load(env.config.read_text())
+    doc["masking"] = {"key_file": str(other)}
+    config = tmp_path / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    env.wait_captured(env.transaction(f"UPDATE \"{s}\".people SET email = 'new@example.org' WHERE id = 2"))
+    for args in (("register", "--table", f"{s}.people"), ("run", "--available-now", "--table", f"{s}.people"),
+                 ("bootstrap", "--table", f"{s}.people"), ("reconcile", "--deep", "--table", f"{s}.people")):
+        capsys.readouterr()
+        assert env.cdc("--config", str(config), *args) != 0, args
+        err = capsys.readouterr().err
+        assert "the masking key is not the one its target's hashes were made with" in err, (args, err)
+        assert f"the target's {key_fingerprint(MASK_KEY)}" in err and "another key" not in err
+    people = env.catalog.load_table(f"{s}.people")
+    assert people.current_snapshot().snapshot_id == snapshot  # nothing written with the other key
+    assert env.cdc("run", "--available-now", "--table", f"{s}.people") == 0  # the right key goes on

@@ -86,8 +86,25 @@ def test_unsupported_type_is_a_registration_error():
         postgres_column("boxes", "ARRAY", True, None, None, None, table="s.t", udt_name="_box")
     with pytest.raises(ConfigError, match=r"column 'c' has type 'user-defined complex'"):
         postgres_column("c", "USER-DEFINED", True, None, None, None, table="s.t", udt_name="complex", type_kind="c")
-    with pytest.raises(ConfigError, match=r"reserved"):
-        postgres_column("_cdc_op", "text", True, None, None, None, table="s.t")
+
+
+def test_column_names_debezium_spark_or_delta_would_refuse_are_found_first():
+    from cdc.sources.types import check_columns
+
+    def cols(*names):
+        return tuple(postgres_column(n, "text", True, None, None, None, table="s.t") for n in names)
+
+    with pytest.raises(ConfigError, match=r"s.t: columns that differ only by case: 'id', 'Id'") as e:
+        check_columns(cols("id", "Id", "v"), "s.t", "iceberg")
+    assert "Debezium refuses such a table" in e.value.hint
+    with pytest.raises(ConfigError, match=r"column\(s\) '_CDC_OP' use the prefix '_cdc_' \(in any case\)") as e:
+        check_columns(cols("id", "_CDC_OP"), "s.t", "iceberg", where="tables/s.t.yaml")
+    assert "`exclude:` in tables/s.t.yaml" in e.value.hint
+    check_columns(cols("id", "_CDC_OP"), "s.t", "iceberg", exclude=("_CDC_OP",))  # left out: accepted
+    check_columns(cols("id", "a b", "x=y"), "s.t", "iceberg")  # Iceberg takes any name
+    with pytest.raises(ConfigError, match=r"'a b', 'x=y' hold characters a Delta table refuses"):
+        check_columns(cols("id", "a b", "x=y"), "s.t", "delta")
+    check_columns(cols("id", "a b"), "s.t", "delta", exclude=("a b",))
 
 
 def test_type_kinds():
