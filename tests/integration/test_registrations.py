@@ -96,3 +96,45 @@ def test_a_target_has_one_owner(it_env, capsys):
     assert (env.catalog.load_table(f"{s}.owned").properties, client.config(connector)) == before
     env.replicate("owned", env.transaction(f'UPDATE "{s}".owned SET v = \'still mine\''))
     assert env.assert_equal("owned") == 1
+
+
+def test_a_refused_registration_changes_nothing(it_env, capsys):
+    from cdc.register.connector import ConnectClient, connector_name
+    from cdc.register.topics import existing_topics
+
+    env, s = it_env, it_env.schema
+    tables = env.settings.path(env.settings.tables_dir)
+    env.sql(f'CREATE TABLE "{s}".twins (id int PRIMARY KEY, v int, "V" int)')
+    env.sql(f'CREATE TABLE "{s}".reserved (id int PRIMARY KEY, "_CDC_OP" text, note text)')
+    env.sql(f'INSERT INTO "{s}".reserved VALUES (1, \'x\', \'one\'), (2, \'y\', \'two\')')
+    for table, problem in (("twins", "columns that differ only by case: 'v', 'V'"),
+                           ("reserved", "'_CDC_OP' use the prefix '_cdc_' (in any case)")):
+        capsys.readouterr()
+        assert env.cdc("tables", "add", "--schema", s, "--table", table) == 2
+        assert problem in capsys.readouterr().err and not (tables / f"{s}.{table}.yaml").exists()
+
+    # The reserved name left out of the target: the table registers and replicates.
+    (tables / f"{s}.reserved.yaml").write_text(yaml.safe_dump(
+        {"name": f"{s}.reserved", "source": {"schema": s, "table": "reserved"}, "exclude": ["_CDC_OP"]}))
+    assert env.cdc("register", "--table", f"{s}.reserved") == 0
+    env.replicate("reserved")
+    rows = {r["id"]: r for r in env.target_records("reserved")}
+    assert {i: r["note"] for i, r in rows.items()} == {1: "one", 2: "two"} and "_CDC_OP" not in rows[1]
+
+    client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    before = client.config(connector)
+    env.register_table("twins")
+    try:
+        for args in (("--dry-run",), ()):
+            capsys.readouterr()
+            assert env.cdc("register", *args, "--table", f"{s}.twins") == 2
+            assert "Debezium refuses such a table" in capsys.readouterr().err
+        assert not env.catalog.table_exists(f"{s}.twins")
+        assert f"{env.source}.{s}.twins" not in existing_topics(env.settings.kafka_bootstrap)
+        assert client.config(connector) == before
+
+    finally:
+        (tables / f"{s}.twins.yaml").unlink()
+    # The other tables kept flowing.
+    env.replicate("reserved", env.transaction(f'UPDATE "{s}".reserved SET note = \'changed\' WHERE id = 2'))
+    assert {r["id"]: r["note"] for r in env.target_records("reserved")} == {1: "one", 2: "changed"}
