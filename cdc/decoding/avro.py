@@ -97,11 +97,10 @@ def to_json_envelopes(batch: DataFrame, registry: SchemaRegistry) -> DataFrame:
     return batch.withColumn("key", _as_envelope("key", schemas)).withColumn("value", _as_envelope("value", schemas))
 
 
-def newest_value_schemas(batch: DataFrame, registry: SchemaRegistry) -> list[str]:
-    """The writer schemas of each partition's newest value in the batch."""
-    newest = (batch.where(schema_id("value").isNotNull()).groupBy("partition")
-              .agg(F.max_by(schema_id("value"), "offset").alias("id")).collect())
-    return [text for r in newest if (text := registry.schema(int(r["id"]))) is not None]
+def value_schemas(batch: DataFrame, registry: SchemaRegistry) -> list[str]:
+    """The distinct writer schemas of the batch's values."""
+    ids = batch.where(schema_id("value").isNotNull()).select(schema_id("value").alias("id")).distinct().collect()
+    return [text for r in ids if (text := registry.schema(int(r["id"]))) is not None]
 
 
 # Avro primitive -> Kafka Connect schema type (Confluent's AvroData; `connect.type` refines int).

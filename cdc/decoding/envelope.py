@@ -113,6 +113,10 @@ def _decode(key, value, partition: int, offset: int, key_columns: tuple[str, ...
         row = body.get(AFTER)
         if row is None:
             raise DecodeError(f"op {op.value!r} at partition {partition} offset {offset} has no 'after'")
+    differ = [c for c in key_columns if isinstance(row, dict) and row.get(c) != key_values[c]]
+    if differ:  # the Kafka key decides where a change goes: its row must say the same
+        raise DecodeError(f"record at partition {partition} offset {offset}: the record's Kafka key and its row "
+                          f"disagree on key column(s) {', '.join(differ)}")
     return ChangeEvent(key_values, op, row, position, source.get("ts_ms"), partition, offset)
 
 

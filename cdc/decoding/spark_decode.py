@@ -29,6 +29,23 @@ NON_DATA = "non-data"  # `_op` of a heartbeat, transaction marker or schema chan
 OLD_KEY, NEW_KEY = "__debezium.oldkey", "__debezium.newkey"  # the headers of a key change's two events
 
 
+# A JSON converter message is {"schema": ..., "payload": ...}, in that order. A quote inside a
+# JSON string is escaped, so the first `"payload":` after a comma ends the schema.
+SCHEMA_HEAD = r'^(\{\s*"schema"\s*:.*?)\s*,\s*"payload"\s*:'
+
+
+def schema_head() -> SparkColumn:
+    """A record value's schema part, the text before its payload ("" without one);
+    `head + "}"` is a message `envelope.row_fields` reads."""
+    return F.regexp_extract(F.col("value").cast("string"), SCHEMA_HEAD, 1)
+
+
+def value_schemas(batch: DataFrame) -> list[str]:
+    """The distinct schema parts (`schema_head`) of a batch's values."""
+    found = batch.where(F.col("value").isNotNull()).select(schema_head().alias("schema")).distinct().collect()
+    return [r["schema"] for r in found]
+
+
 def _struct_ddl(columns: tuple[Column, ...]) -> str:
     return ", ".join(f"{q(c.name)}: {c.wire_type}" for c in columns)
 
@@ -69,7 +86,10 @@ def _header(name: str) -> SparkColumn:
     return F.try_element_at(found, F.lit(1)).getField("value").cast("string")
 
 
-def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql") -> DataFrame:
+def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
+           refused: dict[str, str] | None = None) -> DataFrame:
+    """`refused`: schema parts (`schema_head`) the target cannot take, with why: their
+    records are bad (`schema-refused`)."""
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     headers = "headers" in raw.columns
@@ -115,12 +135,19 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
                                               for i, k in enumerate(key)]
     moved.append((F.col("_new_key") & (F.col("_op") == "d"), "_key_moved"))
     key_missing = reduce(lambda a, b: a | b, [F.col("_k").getField(k).isNull() for k in key], F.col("_k").isNull())
+    # The Kafka key decides where a change goes: its row must say the same key (a row
+    # without the key's columns disagrees too).
+    disagree = [F.when(~F.col("_k").getField(k).eqNullSafe(row.getField(k)), F.lit(k)) for k in key]
+    key_disagrees = F.concat_ws(", ", *disagree)
     upsert = F.col("_op").isin("c", "u", "r")
     # A required target column without a value (TOASTed placeholders excepted: they keep the stored one).
     required = [c.name for c in columns if not c.nullable and c.name not in key]
     missing = [F.when(row.getField(n).isNull(), F.lit(n)) for n in required]
     missing_required = F.concat_ws(", ", *missing) if missing else F.lit("")
+    refusal = reduce(lambda acc, item: F.when(schema_head() == F.lit(item[0]), F.lit(item[1])).otherwise(acc),
+                     (refused or {}).items(), F.lit(None).cast("string"))
     checks = [
+        (refusal.isNotNull(), "schema-refused", refusal),
         (~F.col("_null_value") & F.col("_v").isNull() & loose.getItem("op").isNotNull(),
          "value-does-not-fit", F.lit(VALUE_DOES_NOT_FIT)),
         (~F.col("_null_value") & F.col("_v").isNull() & (F.coalesce(F.col("_op"), F.lit("")) != NON_DATA),
@@ -130,6 +157,8 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         (F.col("_op").isNull() | ~F.col("_op").isin(*OPS, TOMBSTONE), "unknown-op",
          F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null")))),
         ((F.col("_op") != "t") & key_missing, "missing-key", F.lit("record has no key")),
+        (F.col("_op").isin("c", "u", "r", "d") & row.isNotNull() & (key_disagrees != ""), "key-mismatch",
+         F.concat(F.lit("the record's Kafka key and its row disagree on key column(s) "), key_disagrees)),
         ((F.col("_op") != TOMBSTONE) & F.col("_position").isNull(), "no-position",
          F.lit("record has no source position")),
         (upsert & F.col("_v.after").isNull(), "no-after-row", F.lit("change has no 'after' row")),

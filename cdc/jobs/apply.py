@@ -18,7 +18,7 @@ from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
 from cdc.decoding.envelope import row_fields
-from cdc.decoding.spark_decode import NON_DATA, decode
+from cdc.decoding.spark_decode import NON_DATA, decode, value_schemas
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
@@ -29,12 +29,11 @@ from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_del
 from cdc.planning.protect import mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.register.topics import newest_values
 from cdc.report import metrics
 from cdc.report.log import log
 from cdc.sinks.iceberg import PROP_COLUMNS
 from cdc.sinks.targets import TABLE_CLAUSES, format_of, open_table
-from cdc.sources.types import Column, debezium_column, toastable
+from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
@@ -151,9 +150,9 @@ class TableApplier:
             batch = batch.where(~seen)
         if self.evolve_schema:
             with self.timer.step("schema"):
-                self._evolve(spark, table, batch, batch_id, committed)
+                refused = self._evolve(spark, table, batch)
         envelopes = batch if self.registry is None else avro.to_json_envelopes(batch, self.registry)
-        events = decode(envelopes, self.columns, self.key, self.source_kind)
+        events = decode(envelopes, self.columns, self.key, self.source_kind, refused)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = mask_columns(events, self.masked, self.mask_key)  # before anything is written
@@ -163,14 +162,24 @@ class TableApplier:
         finally:
             events.unpersist()
 
-    def _evolve(self, spark, table, batch: DataFrame, batch_id: int, committed: dict[int, int]) -> None:
+    def _evolve(self, spark, table, batch: DataFrame) -> dict[str, str]:
         """Design rule 7 before the batch is decoded: new source columns are added to the
         target, safe widenings applied; anything else stops the job (planning/schema.py).
-        The schemas read are those of each partition's newest record in the batch."""
+        Every distinct schema of the batch's records counts, so a column that lived only
+        between two batches keeps its values. A JSON schema naming a column the target
+        cannot take (one differing only by case from another, the reserved prefix) is
+        refused: returned, with why, and its records become dead letters."""
+        refused: dict[str, str] = {}
         if self.registry is not None:
-            schemas = [avro.row_fields(text) for text in avro.newest_value_schemas(batch, self.registry)]
+            schemas = [avro.row_fields(text) for text in avro.value_schemas(batch, self.registry)]
         else:
-            schemas = [row_fields(value) for value in self._newest_values(batch, batch_id, committed)]
+            heads = value_schemas(batch)
+            schemas = [row_fields(head + "}") for head in heads]
+            for head, fields in zip(heads, schemas):
+                reason = self._untakeable([f["field"] for f in fields])
+                if reason:
+                    refused[head] = reason
+            schemas = [fields for head, fields in zip(heads, schemas) if head not in refused]
         known = {c.name for c in self.columns}
         seen = []
         for fields in schemas:
@@ -184,7 +193,7 @@ class TableApplier:
         evolution = evolve(self.name, self.columns, seen, self.key)
         missing = [c for c in evolution.columns if not table.has_column(c.name)]
         if not evolution.changed and not missing:
-            return
+            return refused
         last = [c.name for c in self.columns][-1]
         for c in missing:  # added after the last source column, before the _cdc_ columns
             kind = "STRING" if c.name in self.masked else c.spark_type
@@ -199,6 +208,20 @@ class TableApplier:
         log(f"schema evolved: added {[c.name for c in missing]}, widened "
             f"{[f'{c.name} to {c.spark_type}' for c in evolution.widened]}", table=self.name, event="schema-evolved",
             added=[c.name for c in missing], widened={c.name: c.spark_type for c in evolution.widened})
+        return refused
+
+    def _untakeable(self, names: list[str]) -> str | None:
+        """Why the target cannot take a record schema's columns (None: it can)."""
+        names = [n for n in names if n not in self.excluded]
+        twins = case_twins([*(c.name for c in self.columns), *names])
+        if twins:
+            return ("the record's schema has columns that differ only by case: "
+                    + "; ".join(", ".join(repr(n) for n in g) for g in twins))
+        reserved = reserved_names(names)
+        if reserved:
+            return (f"the record's schema has column(s) {', '.join(repr(n) for n in reserved)} with the prefix "
+                    f"reserved for cdc's metadata columns")
+        return None
 
     def _dead_letters(self, spark, batch: DataFrame, events: DataFrame, total: int, batch_id: int) -> None:
         """Bad records stop the job (`fail`) or go, raw, to the dead-letter table (`dlq`),
@@ -224,19 +247,6 @@ class TableApplier:
                                   table=self.name)
         log(f"{total} bad record(s) of batch {batch_id} set aside in {self.dead_letters_ref}", table=self.name,
             event="dead-letters", level="warning", records=total, batch_id=batch_id)
-
-    def _newest_values(self, batch: DataFrame, batch_id: int, committed: dict[int, int]) -> list:
-        """Each partition's newest non-null value in the batch: read from Kafka just before
-        the batch's planned end (the offset log gives its end, and its start: the previous
-        batch's end, or on a first batch the offsets the table holds), or, when that does
-        not tell, by a scan of the batch."""
-        start, end = self._planned_end(batch_id - 1) if batch_id else committed, self._planned_end(batch_id)
-        if self.kafka_bootstrap and end and set(end) <= set(start):
-            values = newest_values(self.kafka_bootstrap, self.topic, {p: (start[p], e) for p, e in end.items()})
-            if values is not None:
-                return values
-        return [row["value"] for row in batch.where(F.col("value").isNotNull()).groupBy("partition")
-                .agg(F.max_by("value", "offset").alias("value")).collect()]
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:
         """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""

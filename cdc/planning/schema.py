@@ -41,6 +41,8 @@ def evolve(table: str, current: tuple[Column, ...], seen: list[Column], key: tup
             continue
         if old.spark_type == new.spark_type and old.kind == new.kind:
             continue
+        if _widens(new, old):  # an older, narrower form of the column (a replay, an earlier record): it fits
+            continue
         if not _widens(old, new) or new.name in key and old.spark_type != new.spark_type:
             raise ApplyError(
                 f"table {table}: column {new.name!r} changed type at the source from {old.source_type or old.kind} "

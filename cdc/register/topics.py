@@ -2,8 +2,6 @@
 table that has no change yet."""
 from __future__ import annotations
 
-import time
-
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -122,42 +120,3 @@ def topic_id(bootstrap: str, topic: str) -> str | None:
             return None
         raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
     return str(desc.topic_id) if getattr(desc, "topic_id", None) is not None else None
-
-
-def newest_values(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], look_back: int = 32,
-                  timeout_s: float = 10) -> list[bytes] | None:
-    """The newest non-null value of each partition's [start, end) offsets, read from at most
-    `look_back` records before each end. None when that does not tell (only tombstones or
-    gaps near the end, or Kafka too slow): the caller then scans the range itself."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    wanted = {p: (max(start, end - look_back), end) for p, (start, end) in ranges.items() if end > start}
-    if not wanted:
-        return []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-schema-probe", "enable.auto.commit": False,
-                         "log_level": 0})
-    newest: dict[int, bytes] = {}
-    done: set[int] = set()
-    try:
-        consumer.assign([TopicPartition(topic, p, first) for p, (first, _) in wanted.items()])
-        deadline = time.monotonic() + timeout_s
-        while len(done) < len(wanted) and time.monotonic() < deadline:
-            for msg in consumer.consume(sum(end - first for first, end in wanted.values()), timeout=0.5):
-                if msg.error():
-                    continue
-                p, offset = msg.partition(), msg.offset()
-                if p not in wanted or p in done:
-                    continue
-                if offset < wanted[p][1] and msg.value() is not None:
-                    newest[p] = msg.value()
-                if offset >= wanted[p][1] - 1:
-                    done.add(p)
-    except KafkaException:
-        return None
-    finally:
-        consumer.close()
-    if len(done) < len(wanted):
-        return None
-    if any(p not in newest and ranges[p][0] < first for p, (first, _) in wanted.items()):
-        return None  # only tombstones near the end, and older records before them
-    return list(newest.values())

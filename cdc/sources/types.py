@@ -206,6 +206,19 @@ def ambiguous_arrays(columns: tuple["Column", ...]) -> tuple["Column", ...]:
 DELTA_REFUSED = set(" ,;{}()\n\t=")  # characters Delta Lake refuses in a column name (no column mapping)
 
 
+def case_twins(names: list[str]) -> list[list[str]]:
+    """Groups of names that differ only by case."""
+    by_case: dict[str, list[str]] = {}
+    for n in dict.fromkeys(names):
+        by_case.setdefault(n.lower(), []).append(n)
+    return [group for group in by_case.values() if len(group) > 1]
+
+
+def reserved_names(names: list[str]) -> list[str]:
+    """Names with the prefix of cdc's metadata columns, in any case."""
+    return [n for n in names if n.lower().startswith(METADATA_PREFIX)]
+
+
 def check_columns(columns: tuple[Column, ...], table: str, sink: str, exclude: tuple[str, ...] = (),
                   where: str = "its registration") -> None:
     """What Debezium, Spark or the sink would refuse of a source table's column names,
@@ -213,17 +226,14 @@ def check_columns(columns: tuple[Column, ...], table: str, sink: str, exclude: t
     only by case (Debezium refuses the table; Spark resolves names without case), and for
     Delta, characters it refuses in a name. `exclude`d columns never reach the target."""
     names = [c.name for c in columns]
-    by_case: dict[str, list[str]] = {}
-    for n in names:
-        by_case.setdefault(n.lower(), []).append(n)
-    twins = [group for group in by_case.values() if len(group) > 1]
+    twins = case_twins(names)
     if twins:
         raise ConfigError(f"{table}: columns that differ only by case: "
                           + "; ".join(", ".join(repr(n) for n in g) for g in twins),
                           hint="rename one of each at the source: Debezium refuses such a table (its task fails "
                                "for every table of the source) and Spark cannot tell them apart")
     kept = [n for n in names if n not in exclude]
-    reserved = [n for n in kept if n.lower().startswith(METADATA_PREFIX)]
+    reserved = reserved_names(kept)
     if reserved:
         raise ConfigError(f"{table}: column(s) {', '.join(repr(n) for n in reserved)} use the prefix "
                           f"{METADATA_PREFIX!r} (in any case) reserved for cdc's metadata columns",

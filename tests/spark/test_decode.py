@@ -123,3 +123,25 @@ def test_mariadb_positions_and_durations_match_the_reference(spark):
         assert row["_error"] is None and bytes(row["b"]) == b"\x02\x01"  # most significant byte first
     assert [r["t"] for r in got] == ["13:14:15.123456", "-12:34:56.000000", "838:59:59.000000", None]
     assert sorted(got, key=lambda r: r["_position"]) == got  # file 9 < file 10; pos 900 < 1000 as numbers
+
+
+def test_a_record_whose_key_and_row_disagree_is_bad(spark):
+    """The Kafka key decides where a change goes: a row saying another key, or no key, is a
+    dead letter, never applied under the Kafka key."""
+    cols = (Column("id", "int", nullable=False), Column("v", "string"))
+    key = json.dumps({"schema": {}, "payload": {"id": 3}}).encode()
+    t = Topic()
+    for op, row in (("c", {"id": 4, "v": "x"}), ("u", {"v": "no key"}), ("d", {"id": 5}), ("u", {"id": 3, "v": "ok"})):
+        part = "before" if op == "d" else "after"
+        t.raw(key, json.dumps({"schema": {}, "payload": {"op": op, part: row, "source": {"lsn": 5}}}).encode())
+    records = t.take()
+    rows = decode(spark.createDataFrame(records, KAFKA), cols, ("id",)).orderBy("_offset").collect()
+    expected = "the record's Kafka key and its row disagree on key column(s) id"
+    assert [(r["_error_class"], r["_error"]) for r in rows] == [("key-mismatch", expected)] * 3 + [(None, None)]
+    for rec in records[:3]:  # the reference rules say the same
+        try:
+            envelope.decode(rec[0], rec[1], rec[3], rec[4], ("id",))
+        except Exception as e:  # noqa: BLE001
+            assert expected in str(e)
+        else:
+            raise AssertionError("the reference accepted a record whose key and row disagree")

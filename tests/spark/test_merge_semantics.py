@@ -448,3 +448,37 @@ def test_non_data_messages_between_changes_apply_nothing(h):
     assert h.values() == {1: "b"}
     assert parse_offsets(h.summaries()[-1]) == {h.topic.name: {0: 6}}
     assert len(h.dead_letters()) == 0
+
+
+def envelope_with_schema(row: dict, fields: list[tuple[str, str]], lsn: int) -> tuple[bytes, bytes]:
+    """A create whose schema names `fields` (name, Connect type), compact as the converter writes it."""
+    schema = {"type": "struct", "fields": [
+        {"field": "after", "type": "struct", "optional": True,
+         "fields": [{"field": f, "type": t, "optional": True} for f, t in fields]}]}
+    value = {"schema": schema, "payload": {"op": "c", "after": row, "before": None,
+                                            "source": {"lsn": lsn, "sequence": json.dumps([str(lsn), str(lsn)])}}}
+    key = {"schema": {"type": "struct"}, "payload": {"id": row["id"]}}
+    return json.dumps(key, separators=(",", ":")).encode(), json.dumps(value, separators=(",", ":")).encode()
+
+
+def test_records_the_target_cannot_take_are_dead_letters_and_the_rest_applies(h):
+    """A record whose schema adds a column differing only by case from one the target has,
+    or one with the reserved prefix, and a record whose Kafka key and row disagree: each a
+    dead letter with its reason, never a stopped table nor a row under the Kafka key."""
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    h.topic.raw(*envelope_with_schema({"id": 2, "v": "b", "V": "twin"},
+                                      [("id", "int32"), ("v", "string"), ("V", "string")], 120))
+    h.topic.raw(*envelope_with_schema({"id": 3, "v": "c", "_CDC_OP": "x"},
+                                      [("id", "int32"), ("v", "string"), ("_CDC_OP", "string")], 130))
+    wrong = h.topic.change("c", {"id": 5, "v": "e", "n": 1}, 140, 150)
+    h.topic.records[-1] = (wrong[0].replace(b'"id": 5', b'"id": 4'), *wrong[1:])  # the Kafka key says 4
+    h.topic.change("c", {"id": 6, "v": "f", "n": 1}, 160, 170)
+    h.apply()
+    assert h.values() == {1: "a", 6: "f"}
+    dead = sorted(h.dead_letters(), key=lambda d: d["offset"])
+    assert [(d["offset"], d["error_class"]) for d in dead] == [
+        (1, "schema-refused"), (2, "schema-refused"), (3, "key-mismatch")]
+    assert "differ only by case: 'v', 'V'" in dead[0]["error_message"]
+    assert "'_CDC_OP' with the prefix reserved" in dead[1]["error_message"]
+    assert "disagree on key column(s) id" in dead[2]["error_message"]
+    assert "V" not in {c.lower() for c in h.rows()[1]} - {"v"}  # the target gained no twin column
