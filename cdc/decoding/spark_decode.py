@@ -29,15 +29,19 @@ NON_DATA = "non-data"  # `_op` of a heartbeat, transaction marker or schema chan
 OLD_KEY, NEW_KEY = "__debezium.oldkey", "__debezium.newkey"  # the headers of a key change's two events
 
 
-# A JSON converter message is {"schema": ..., "payload": ...}, in that order. A quote inside a
-# JSON string is escaped, so the first `"payload":` after a comma ends the schema.
+# A JSON converter message is {"schema": ..., "payload": ...}, in that order, compact. A quote
+# inside a JSON string is escaped, so the first `,"payload":` ends the schema; a message with
+# spaces between its tokens is read by a regular expression.
+SCHEMA_END = ',"payload":'
 SCHEMA_HEAD = r'^(\{\s*"schema"\s*:.*?)\s*,\s*"payload"\s*:'
 
 
 def schema_head() -> SparkColumn:
     """A record value's schema part, the text before its payload ("" without one);
     `head + "}"` is a message `envelope.row_fields` reads."""
-    return F.regexp_extract(F.col("value").cast("string"), SCHEMA_HEAD, 1)
+    text = F.col("value").cast("string")
+    end = F.instr(text, SCHEMA_END)
+    return F.when(end > 0, F.substring(text, F.lit(1), end - 1)).otherwise(F.regexp_extract(text, SCHEMA_HEAD, 1))
 
 
 def value_schemas(batch: DataFrame) -> list[str]:
