@@ -46,9 +46,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 continue  # the safe loader refuses an unhashable key itself
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
-                    key_node.start_mark)
+                lines = f"lines {seen[key] + 1} and {key_node.start_mark.line + 1}"
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice ({lines})",
+                                                        key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 

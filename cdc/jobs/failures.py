@@ -22,7 +22,7 @@ STORAGE = re.compile(r"NotFoundException: File does not exist|java\.io\.FileNotF
                      r"|S3Exception|SdkClientException|Unable to execute HTTP request")
 SPARK_ERROR = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] ([^\n]*?)\s*SQLSTATE: ([0-9A-Z]{5})")
 WRAPPERS = {"STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR"}  # Spark's envelope around the cause
-CDC_ERROR = re.compile(r"cdc\.errors\.\w+: (.*?)(?:\n\s*at |\Z)", re.S)
+CDC_ERROR = re.compile(r"cdc\.errors\.(\w+): (.*?)(?:\n\s*at |\Z)", re.S)
 
 
 def diagnose(settings: Settings, reg: TableRegistration | None, name: str, exc: BaseException) -> CdcError:
@@ -37,8 +37,9 @@ def diagnose(settings: Settings, reg: TableRegistration | None, name: str, exc: 
 
 def _diagnose(settings: Settings, reg: TableRegistration | None, name: str, text: str) -> CdcError:
     own = CDC_ERROR.search(text)
-    if own:  # a CdcError raised inside a batch, wrapped by Spark
-        return ApplyError(f"table {name}: {own.group(1).strip()[:3000]}", table=name)
+    if own:  # a CdcError raised inside a batch, wrapped by Spark: an outage stays one
+        kind = DependencyError if own.group(1) == DependencyError.__name__ else ApplyError
+        return kind(f"table {name}: {own.group(2).strip()[:3000]}", table=name)
     if "KAFKA_DATA_LOSS" in text or "data loss" in text.lower():
         return ApplyError(f"table {name}: Kafka no longer holds offsets the job has not applied "
                           f"({_cause(text)[:500]})",

@@ -298,8 +298,8 @@ class Supervisor:
             gave_up.detail = error.detail
             raise gave_up
         delay = self.delay.get(name, 1.0)
-        log(f"{error.message.removeprefix(f'table {name}: ')}, retrying in {delay:.0f} s", table=name, event="retrying", level="warning",
-            delay_s=delay, detail=error.detail)
+        log(f"{error.message.removeprefix(f'table {name}: ')}, retrying in {delay:.0f} s", table=name,
+            event="retrying", level="warning", delay_s=delay, detail=error.detail)
         self.sleep(delay)
         self.delay[name] = min(delay * 2, 30.0)
 

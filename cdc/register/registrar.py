@@ -10,9 +10,9 @@ import time
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, ConnectorError
+from cdc.planning.protect import mask_key
 from cdc.register.connector import (DOWN, ConnectClient, connector_config, connector_name, secret_file_ref,
                                     topic_for, write_secret)
-from cdc.planning.protect import mask_key
 from cdc.register.topics import ensure_topics, existing_topics
 from cdc.report.capture import format_text, source_capture, task_error
 from cdc.sinks import delta, iceberg

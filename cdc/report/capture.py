@@ -36,7 +36,8 @@ def explain(settings: Settings, source: str, trace: str | None, task: int | None
         return (f"a change record of source {source}" + (f" (table {table})" if table else "")
                 + f" is {int(too_large[1]):,} bytes, larger than "
                 f"kafka.max_record_bytes ({limit:,}): raise it in cdc.yaml (and the broker's message.max.bytes "
-                f"when the broker is not the local stack's), then run `cdc register` (it applies the new limit and restarts capture)")
+                f"when the broker is not the local stack's), then run `cdc register` (it applies the new limit "
+                f"and restarts capture)")
     return None
 
 

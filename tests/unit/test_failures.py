@@ -52,7 +52,8 @@ def test_an_unreadable_warehouse_is_named_with_the_file():
 def test_kafka_is_named_with_its_address():
     error = diagnose(Settings(), None, "shop.orders", RuntimeError(KAFKA_GONE))
     assert isinstance(error, DependencyError)
-    assert error.message.startswith("Kafka at 127.0.0.1:") and "Timed out waiting for a node assignment" in error.message
+    assert error.message.startswith("Kafka at 127.0.0.1:")
+    assert "Timed out waiting for a node assignment" in error.message
 
 
 def test_a_verdict_fails_at_once_naming_the_column(settings):
@@ -72,3 +73,14 @@ def test_an_unknown_failure_is_retried_as_unexpected(settings, capsys):
     sup.backoff("shop.orders", RuntimeError("java.lang.IllegalStateException: something odd\n\tat a.b.C(C.java:1)"))
     line = capsys.readouterr().err
     assert line == "shop.orders: unexpected failure: java.lang.IllegalStateException: something odd, retrying in 1 s\n"
+
+
+def test_an_outage_inside_a_batch_stays_an_outage():
+    text = ("[STREAM_FAILED] ... Traceback ...\ncdc.errors.DependencyError: the schema registry at http://r:8081 is "
+            "unreachable: connection refused\n  at x")
+    error = diagnose(Settings(), None, "shop.orders", RuntimeError(text))
+    assert isinstance(error, DependencyError) and error.retriable
+    assert error.message == ("table shop.orders: the schema registry at http://r:8081 is unreachable: "
+                             "connection refused")
+    bad = diagnose(Settings(), None, "shop.orders", RuntimeError("x\ncdc.errors.ApplyError: 1 record(s) bad"))
+    assert not bad.retriable and bad.message == "table shop.orders: 1 record(s) bad"
