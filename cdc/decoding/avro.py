@@ -98,9 +98,11 @@ def to_json_envelopes(batch: DataFrame, registry: SchemaRegistry) -> DataFrame:
 
 
 def value_schemas(batch: DataFrame, registry: SchemaRegistry) -> list[str]:
-    """The distinct writer schemas of the batch's values."""
-    ids = batch.where(schema_id("value").isNotNull()).select(schema_id("value").alias("id")).distinct().collect()
-    return [text for r in ids if (text := registry.schema(int(r["id"]))) is not None]
+    """The distinct writer schemas of the batch's values, oldest first (by the last offset
+    each appears at)."""
+    ids = (batch.where(schema_id("value").isNotNull()).groupBy(schema_id("value").alias("id"))
+           .agg(F.max("offset").alias("last")).collect())
+    return [text for r in sorted(ids, key=lambda r: r["last"]) if (text := registry.schema(int(r["id"]))) is not None]
 
 
 # Avro primitive -> Kafka Connect schema type (Confluent's AvroData; `connect.type` refines int).

@@ -45,9 +45,11 @@ def schema_head() -> SparkColumn:
 
 
 def value_schemas(batch: DataFrame) -> list[str]:
-    """The distinct schema parts (`schema_head`) of a batch's values."""
-    found = batch.where(F.col("value").isNotNull()).select(schema_head().alias("schema")).distinct().collect()
-    return [r["schema"] for r in found]
+    """The distinct schema parts (`schema_head`) of a batch's values, oldest first (by the
+    last offset each appears at)."""
+    found = (batch.where(F.col("value").isNotNull()).groupBy(schema_head().alias("schema"))
+             .agg(F.max("offset").alias("last")).collect())
+    return [r["schema"] for r in sorted(found, key=lambda r: r["last"])]
 
 
 def _struct_ddl(columns: tuple[Column, ...]) -> str:

@@ -165,8 +165,8 @@ class TableApplier:
     def _evolve(self, spark, table, batch: DataFrame) -> dict[str, str]:
         """Design rule 7 before the batch is decoded: new source columns are added to the
         target, safe widenings applied; anything else stops the job (planning/schema.py).
-        Every distinct schema of the batch's records counts, so a column that lived only
-        between two batches keeps its values. A JSON schema naming a column the target
+        Every distinct schema of the batch's records counts (oldest first, by offset), so a
+        column that lived only between two batches keeps its values. A JSON schema naming a column the target
         cannot take (one differing only by case from another, the reserved prefix) is
         refused: returned, with why, and its records become dead letters."""
         refused: dict[str, str] = {}
@@ -181,16 +181,21 @@ class TableApplier:
                     refused[head] = reason
             schemas = [fields for head, fields in zip(heads, schemas) if head not in refused]
         known = {c.name for c in self.columns}
-        seen = []
-        for fields in schemas:
+
+        def columns_of(fields: list[dict]) -> list[Column]:
+            out = []
             for f in fields:
                 params = f["parameters"] or {}
                 if f["field"] in self.excluded:
                     continue
                 if f["field"] in known and "__debezium.source.column.type" not in params:
                     continue  # without the source type only new columns are told
-                seen.append(debezium_column(f["field"], f["type"], f["name"], params, self.name, self.source_kind))
-        evolution = evolve(self.name, self.columns, seen, self.key)
+                out.append(debezium_column(f["field"], f["type"], f["name"], params, self.name, self.source_kind))
+            return out
+
+        # Oldest first: the newest schema is judged, an older one may hold a narrower form.
+        older = [c for fields in schemas[:-1] for c in columns_of(fields)]
+        evolution = evolve(self.name, self.columns, columns_of(schemas[-1]) if schemas else [], self.key, older)
         missing = [c for c in evolution.columns if not table.has_column(c.name)]
         if not evolution.changed and not missing:
             return refused

@@ -28,12 +28,15 @@ def _widens(old: Column, new: Column) -> bool:
     return (old.kind == new.kind == "decimal" and new.scale == old.scale and new.precision >= old.precision)
 
 
-def evolve(table: str, current: tuple[Column, ...], seen: list[Column], key: tuple[str, ...]) -> Evolution:
-    """`current` columns against those a batch's events describe (`seen`). A column the
-    events no longer carry stays (nullable). A change that is no safe widening raises."""
+def evolve(table: str, current: tuple[Column, ...], seen: list[Column], key: tuple[str, ...],
+           older: list[Column] = ()) -> Evolution:
+    """`current` columns against those a batch's newest events describe (`seen`), after
+    those of its older events (`older`, oldest first: there a narrower form of a column, a
+    record from before a widening, fits as it is). A column the events no longer carry
+    stays (nullable). A change that is no safe widening raises."""
     by_name = {c.name: c for c in current}
     added, widened = [], []
-    for new in seen:
+    for is_older, new in [(True, c) for c in older] + [(False, c) for c in seen]:
         old = by_name.get(new.name)
         if old is None:
             added.append(replace(new, nullable=True))
@@ -41,7 +44,7 @@ def evolve(table: str, current: tuple[Column, ...], seen: list[Column], key: tup
             continue
         if old.spark_type == new.spark_type and old.kind == new.kind:
             continue
-        if _widens(new, old):  # an older, narrower form of the column (a replay, an earlier record): it fits
+        if is_older and _widens(new, old):
             continue
         if not _widens(old, new) or new.name in key and old.spark_type != new.spark_type:
             raise ApplyError(
