@@ -54,6 +54,15 @@ def connector_back(env, stack) -> None:
     client.wait_running(connector_name(env.source))
 
 
+def retrying_config(env, tmp_path, seconds: int):
+    """A copy of the run's cdc.yaml whose jobs retry an outage for `seconds`."""
+    doc = yaml.safe_load(env.config.read_text())
+    doc["spark"]["retry_for_s"] = seconds
+    config = tmp_path / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
 def test_connect_worker_killed_mid_stream(oenv, stack):
     stop, out = threading.Event(), {}
     t = writer(oenv, "outage_c", stop, out)
@@ -104,10 +113,7 @@ def test_broker_restart_under_a_running_job(oenv, stack, tmp_path):
 
 
 def test_job_gives_up_after_its_retry_bound(oenv, stack, tmp_path, capsys):
-    doc = yaml.safe_load(oenv.config.read_text())
-    doc["spark"]["retry_for_s"] = 6
-    config = tmp_path / "cdc.yaml"
-    config.write_text(yaml.safe_dump(doc))
+    config = retrying_config(oenv, tmp_path, 6)
     from cdc.cli.main import main
 
     stack.kafka.process.stop()
@@ -123,10 +129,7 @@ def test_job_gives_up_after_its_retry_bound(oenv, stack, tmp_path, capsys):
 def test_catalog_unreachable_then_back(oenv, stack, tmp_path):
     """The catalog's database cannot be opened for a while: the job retries, then goes on."""
     s = oenv.schema
-    doc = yaml.safe_load(oenv.config.read_text())
-    doc["spark"]["retry_for_s"] = 240
-    config = tmp_path / "cdc.yaml"
-    config.write_text(yaml.safe_dump(doc))
+    config = retrying_config(oenv, tmp_path, 240)
     oenv.wait_captured(oenv.transaction(f'UPDATE "{s}".outage_k SET note = \'catalog outage\' WHERE id <= 10'))
     catalog = oenv.settings.path(oenv.settings.catalog.path)
     away = catalog.with_name(catalog.name + ".away")
@@ -169,10 +172,7 @@ def test_warehouse_unreadable_then_back(oenv, tmp_path):
     """The target's data files cannot be read for a while: the job names the warehouse and
     the file in one line (Java's account in the JSON log's detail), retries, then goes on."""
     s = oenv.schema
-    doc = yaml.safe_load(oenv.config.read_text())
-    doc["spark"]["retry_for_s"] = 240
-    config = tmp_path / "cdc.yaml"
-    config.write_text(yaml.safe_dump(doc))
+    config = retrying_config(oenv, tmp_path, 240)
     oenv.wait_captured(oenv.transaction(f'UPDATE "{s}".outage_k SET note = \'warehouse outage\' WHERE id <= 20'))
     data = oenv.settings.path(oenv.settings.catalog.warehouse) / s / "outage_k" / "data"
     away = data.with_name("data.away")
