@@ -265,12 +265,15 @@ def test_schema_evolution_adds_columns_widens_types_and_refuses_the_rest(src, ca
     src.wait_captured(src.transaction(f"UPDATE {t} SET a = 7 WHERE id = 3"))
     before = committed_offsets(src, "cf_evolving")
     capsys.readouterr()
-    assert src.cdc("run", "--available-now", "--table", name) == 3
-    err = capsys.readouterr().err
-    assert f"table {name}: column 'a' changed type at the source from bigint (BIGINT) to int" in err
-    assert "(INT), which is not a safe widening" in err and f"cdc bootstrap --table {name}" in err
-    after = committed_offsets(src, "cf_evolving")
-    assert after == before
+    try:
+        assert src.cdc("run", "--available-now", "--table", name) == 3
+        err = capsys.readouterr().err
+        assert f"table {name}: column 'a' changed type at the source from bigint (BIGINT) to int" in err
+        assert "(INT), which is not a safe widening" in err and f"cdc bootstrap --table {name}" in err
+        after = committed_offsets(src, "cf_evolving")
+        assert after == before
+    finally:  # the table is left stopped on purpose: later runs of every registered table go without it
+        (src.settings.path(src.settings.tables_dir) / f"{name}.yaml").unlink()
 
 
 def test_unsupported_type_is_a_registration_error(src, capsys):
