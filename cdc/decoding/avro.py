@@ -91,18 +91,26 @@ def _as_envelope(col: str, schemas: dict[int, str]) -> SparkColumn:
             .otherwise(F.lit(NOT_AVRO)))
 
 
-def to_json_envelopes(batch: DataFrame, registry: SchemaRegistry) -> DataFrame:
-    """The batch with `key` and `value` as JSON envelopes (text), decoded per writer schema."""
+def to_json_envelopes(batch: DataFrame, registry: SchemaRegistry, refused=()) -> DataFrame:
+    """The batch with `key` and `value` as JSON envelopes (text), decoded per writer schema,
+    and the value's writer schema id as VALUE_SCHEMA_ID. The values of a `refused` schema
+    are not decoded (their records are dead letters)."""
     schemas = {sid: text for sid in sorted(batch_schema_ids(batch)) if (text := registry.schema(sid)) is not None}
-    return batch.withColumn("key", _as_envelope("key", schemas)).withColumn("value", _as_envelope("value", schemas))
+    values = {sid: text for sid, text in schemas.items() if sid not in refused}
+    return (batch.withColumn(VALUE_SCHEMA_ID, schema_id("value")).withColumn("key", _as_envelope("key", schemas))
+            .withColumn("value", _as_envelope("value", values)))
 
 
-def value_schemas(batch: DataFrame, registry: SchemaRegistry) -> list[str]:
-    """The distinct writer schemas of the batch's values, oldest first (by the last offset
-    each appears at)."""
+VALUE_SCHEMA_ID = "value_schema_id"
+
+
+def value_schemas(batch: DataFrame, registry: SchemaRegistry) -> list[tuple[int, str]]:
+    """The distinct writer schemas (id, text) of the batch's values, oldest first (by the
+    last offset each appears at)."""
     ids = (batch.where(schema_id("value").isNotNull()).groupBy(schema_id("value").alias("id"))
            .agg(F.max("offset").alias("last")).collect())
-    return [text for r in sorted(ids, key=lambda r: r["last"]) if (text := registry.schema(int(r["id"]))) is not None]
+    return [(int(r["id"]), text) for r in sorted(ids, key=lambda r: r["last"])
+            if (text := registry.schema(int(r["id"]))) is not None]
 
 
 # Avro primitive -> Kafka Connect schema type (Confluent's AvroData; `connect.type` refines int).

@@ -52,6 +52,15 @@ def value_schemas(batch: DataFrame) -> list[str]:
     return [r["schema"] for r in sorted(found, key=lambda r: r["last"])]
 
 
+def refusal(by: SparkColumn, refused: dict) -> SparkColumn | None:
+    """Why a record's schema is refused, matched by `by` (its schema part or writer schema
+    id) against `refused` (null: it is not; None: nothing is refused)."""
+    if not refused:
+        return None
+    return reduce(lambda acc, item: F.when(by == F.lit(item[0]), F.lit(item[1])).otherwise(acc),
+                  refused.items(), F.lit(None).cast("string"))
+
+
 def _struct_ddl(columns: tuple[Column, ...]) -> str:
     return ", ".join(f"{q(c.name)}: {c.wire_type}" for c in columns)
 
@@ -93,9 +102,9 @@ def _header(name: str) -> SparkColumn:
 
 
 def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
-           refused: dict[str, str] | None = None) -> DataFrame:
-    """`refused`: schema parts (`schema_head`) the target cannot take, with why: their
-    records are bad (`schema-refused`)."""
+           refused: SparkColumn | None = None) -> DataFrame:
+    """`refused`: over `raw`, why a record's schema is one the target cannot take (`refusal`),
+    null when it can: such records are bad (`schema-refused`)."""
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     headers = "headers" in raw.columns
@@ -106,6 +115,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
         (_header(NEW_KEY).isNotNull() if headers else F.lit(False)).alias("_new_key"),
+        (refused if refused is not None else F.lit(None).cast("string")).alias("_refused"),
     )
     # Only a record without a typed op is read again, loosely, every field as text: an
     # envelope whose values do not fit still has an op; heartbeats, transaction markers and
@@ -150,10 +160,8 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
     required = [c.name for c in columns if not c.nullable and c.name not in key]
     missing = [F.when(row.getField(n).isNull(), F.lit(n)) for n in required]
     missing_required = F.concat_ws(", ", *missing) if missing else F.lit("")
-    refusal = reduce(lambda acc, item: F.when(schema_head() == F.lit(item[0]), F.lit(item[1])).otherwise(acc),
-                     (refused or {}).items(), F.lit(None).cast("string"))
     checks = [
-        (refusal.isNotNull(), "schema-refused", refusal),
+        (F.col("_refused").isNotNull(), "schema-refused", F.col("_refused")),
         (~F.col("_null_value") & F.col("_v").isNull() & loose.getItem("op").isNotNull(),
          "value-does-not-fit", F.lit(VALUE_DOES_NOT_FIT)),
         (~F.col("_null_value") & F.col("_v").isNull() & (F.coalesce(F.col("_op"), F.lit("")) != NON_DATA),

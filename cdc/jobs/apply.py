@@ -18,7 +18,7 @@ from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
 from cdc.decoding.envelope import row_fields
-from cdc.decoding.spark_decode import NON_DATA, decode, value_schemas
+from cdc.decoding.spark_decode import NON_DATA, decode, refusal, schema_head, value_schemas
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
@@ -102,7 +102,6 @@ class TableApplier:
     topic_id: str | None = None  # recorded with the offsets: a recreated topic is told apart
     held: str | None = None  # Spark SQL: a change the table's bootstrap rows already hold (dropped)
     on_error: str = "dlq"  # a bad record goes to the dead-letter table (dlq) or stops the job (fail)
-    evolve_schema: bool = True  # follow the columns the events' schemas describe
     dead_letters_ref: str | None = None
     source_kind: str = "postgresql"  # how the events' source block gives their position
     registry: avro.SchemaRegistry | None = None  # set when the topic is in Confluent's Avro wire format
@@ -148,11 +147,14 @@ class TableApplier:
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
-        if self.evolve_schema:
-            with self.timer.step("schema"):
-                refused = self._evolve(spark, table, batch)
-        envelopes = batch if self.registry is None else avro.to_json_envelopes(batch, self.registry)
-        events = decode(envelopes, self.columns, self.key, self.source_kind, refused)
+        with self.timer.step("schema"):
+            refused = self._evolve(spark, table, batch)
+        if self.registry is None:
+            envelopes, refusals = batch, refusal(schema_head(), refused)
+        else:
+            envelopes = avro.to_json_envelopes(batch, self.registry, refused)
+            refusals = refusal(F.col(avro.VALUE_SCHEMA_ID), refused)
+        events = decode(envelopes, self.columns, self.key, self.source_kind, refusals)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = mask_columns(events, self.masked, self.mask_key)  # before anything is written
@@ -166,20 +168,19 @@ class TableApplier:
         """Design rule 7 before the batch is decoded: new source columns are added to the
         target, safe widenings applied; anything else stops the job (planning/schema.py).
         Every distinct schema of the batch's records counts (oldest first, by offset), so a
-        column that lived only between two batches keeps its values. A JSON schema naming a column the target
-        cannot take (one differing only by case from another, the reserved prefix) is
-        refused: returned, with why, and its records become dead letters."""
-        refused: dict[str, str] = {}
+        column that lived only between two batches keeps its values. A schema naming a
+        column the target cannot take (one differing only by case from another, the
+        reserved prefix) is refused: returned (its schema part, or its writer schema id),
+        with why, and its records become dead letters."""
         if self.registry is not None:
-            schemas = [avro.row_fields(text) for text in avro.value_schemas(batch, self.registry)]
+            found = [(sid, avro.row_fields(text)) for sid, text in avro.value_schemas(batch, self.registry)]
         else:
-            heads = value_schemas(batch)
-            schemas = [row_fields(head + "}") for head in heads]
-            for head, fields in zip(heads, schemas):
-                reason = self._untakeable([f["field"] for f in fields])
-                if reason:
-                    refused[head] = reason
-            schemas = [fields for head, fields in zip(heads, schemas) if head not in refused]
+            found = [(head, row_fields(head + "}")) for head in value_schemas(batch)]
+        refused: dict = {}
+        for schema, fields in found:
+            if reason := self._untakeable([f["field"] for f in fields]):
+                refused[schema] = reason
+        schemas = [fields for schema, fields in found if schema not in refused]
         known = {c.name for c in self.columns}
 
         def columns_of(fields: list[dict]) -> list[Column]:

@@ -93,3 +93,38 @@ def test_bad_records_in_an_avro_topic_go_to_the_dead_letters(aenv):
     dead = aenv.catalog.load_table(f"{s}.all_types__cdc_dead_letters").scan().to_arrow().to_pylist()
     assert sorted((d["offset"], d["error_class"], d["value"]) for d in dead) == [
         (first + i, "not-an-envelope", v) for i, v in enumerate(bad)]
+
+
+def test_a_writer_schema_the_target_cannot_take_is_a_dead_letter(aenv):
+    """A writer schema whose row adds a column differing only by case from one the target
+    has: its record is a dead letter with the reason, never decoded into the target; the
+    table goes on."""
+    s = aenv.schema
+    topic = f"{aenv.source}.{s}.all_types"
+    key, value = next(kv for kv in reversed(records(aenv, topic)) if kv[1] is not None)
+    decoded = decode_with_fastavro(aenv, value)
+    schema = json.loads(requests.get(f"{aenv.settings.registry_url}/schemas/ids/{decoded.pop('schema_id')}",
+                                     timeout=10).json()["schema"])
+    row = next(t for f in schema["fields"] if f["name"] == "before" for t in f["type"] if isinstance(t, dict))
+    row["fields"].append({"name": "NAME", "type": ["null", "string"], "default": None})
+    answer = requests.post(f"{aenv.settings.registry_url}/subjects/{topic}-twin/versions", timeout=10,
+                           headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+                           json={"schema": json.dumps(schema)})
+    assert answer.ok, answer.text
+    for image in ("before", "after"):
+        if decoded[image] is not None:
+            decoded[image]["NAME"] = "twin"
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), decoded)
+    first = end_offset(aenv, topic)
+    producer = Producer({"bootstrap.servers": aenv.settings.kafka_bootstrap})
+    producer.produce(topic, key=key, value=b"\x00" + struct.pack(">I", answer.json()["id"]) + body.getvalue())
+    producer.flush(30)
+    aenv.replicate("all_types", aenv.transaction(f'UPDATE "{s}".all_types SET note = \'after twin\' WHERE id = 3'))
+    assert aenv.assert_equal("all_types", float32=FLOAT32) == 32
+    dead = [d for d in aenv.catalog.load_table(f"{s}.all_types__cdc_dead_letters").scan().to_arrow().to_pylist()
+            if d["offset"] >= first]
+    assert [(d["offset"], d["error_class"]) for d in dead] == [(first, "schema-refused")]
+    assert "differ only by case: 'name', 'NAME'" in dead[0]["error_message"]
+    names = [f.name.lower() for f in aenv.catalog.load_table(f"{s}.all_types").schema().fields]
+    assert names.count("name") == 1
