@@ -24,8 +24,9 @@ from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.history import history_changes, stored_versions
 from cdc.planning import unchanged
-from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_deletes_sql, history_merge_sql,
-                                merge_sql, remember_deletes_sql, remembered_deletes_sql, truncate_sql)
+from cdc.planning.merge import (KEY_BUCKETS, MOVED, append_sql, deletes_table_sql, forget_deletes_sql,
+                                history_merge_sql, key_bucket, merge_sql, remember_deletes_sql,
+                                remembered_deletes_sql, truncate_sql)
 from cdc.planning.protect import mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
@@ -37,6 +38,8 @@ from cdc.sources.types import Column, case_twins, debezium_column, reserved_name
 
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
+SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
+BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
              "io.delta.exceptions.Concurrent")
 
@@ -111,6 +114,7 @@ class TableApplier:
     masked: tuple[str, ...] = ()  # columns stored as their keyed hash (planning/protect.py)
     mask_key: bytes | None = field(default=None, repr=False)
     format_version: int = 3  # an Iceberg target's format is raised to it (CatalogSettings.format_version)
+    buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
 
     def prepare(self, spark) -> "TableApplier":
@@ -372,7 +376,8 @@ class TableApplier:
                 events.withColumn("_moved", F.lit(None).cast("string")).createOrReplaceTempView(deletes)
             else:
                 events.join(moved, ["_partition", "_offset"], "left").createOrReplaceTempView(deletes)
-        before = self._commit(spark, table, view, deletes, props if final else None, toast, batch_id)
+        buckets = self._key_buckets(table, changes, stats)
+        before = self._commit(spark, table, view, deletes, props if final else None, toast, batch_id, buckets)
         table.refresh()
         if not final:
             return
@@ -380,6 +385,21 @@ class TableApplier:
             table.commit_summary_only(props, self._txn(batch_id))
         crash_point("after-commit")
         self._log_applied(stats, batch_id)
+
+    def _key_buckets(self, table, changes: DataFrame, stats: list) -> tuple[str, tuple[int, ...]] | None:
+        """For a small batch into a large target, the target's key bucket and the buckets of
+        the batch's keys (one small aggregation): its MERGE then moves only the target's rows
+        that can match, not the whole table."""
+        if (self.mode == "history" or sum(s.records for s in stats) > SMALL_BATCH_RECORDS
+                or table.stored_bytes() < self.buckets_from_bytes):
+            return None
+        by_name = {c.name: c for c in self.columns}
+        types = {k: by_name[k].spark_type for k in self.key}
+        target = key_bucket(types, "t")
+        if target is None:
+            return None
+        found = changes.select(F.expr(key_bucket(types)).alias("b")).distinct().collect()
+        return (target, tuple(sorted(r["b"] for r in found))) if found else None
 
     def _stored(self, spark, table, toast: tuple[str, ...]) -> DataFrame:
         """The target's rows as the key-change lookup reads them (planning/unchanged.py), as of
@@ -464,7 +484,7 @@ class TableApplier:
         return f"cdc:{self.name}:{query or self.job}", batch_id
 
     def _commit(self, spark, table, view: str, deletes: str | None, props: dict | None, toast: tuple[str, ...],
-                batch_id: int):
+                batch_id: int, buckets: tuple[str, tuple[int, ...]] | None = None):
         """The delete memory's insert of the `deletes` view's delete events, then the target's
         one commit (a MERGE, or an append into an empty target) stamped with the batch's
         offsets and identity (unless `props` is None); returns the table's version before it."""
@@ -480,7 +500,8 @@ class TableApplier:
         elif table.holds_no_rows():  # a first load (a snapshot's `r` events): a bulk append
             statement = append_sql(self.target_ref, view, names, floor, self.mode)
         else:
-            statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast, mode=self.mode)
+            statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast, mode=self.mode,
+                                  buckets=buckets)
         stamp = table.stamped(props, self._txn(batch_id)) if props is not None else nullcontext()
         with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), stamp:
             run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)

@@ -21,19 +21,39 @@ METADATA = {
 }
 
 
+KEY_BUCKETS = 1 << 16  # buckets of a key's hash (`key_bucket`)
+EXACT_HASH = ("ARRAY", "MAP", "STRUCT", "FLOAT", "DOUBLE")  # types whose equal values may hash apart (-0.0, NaN)
+
+
+def key_bucket(key: dict[str, str], alias: str | None = None) -> str | None:
+    """A key's bucket among KEY_BUCKETS: a hash of its columns, each cast to its target type
+    (`key`: name -> Spark type), so that equal keys share a bucket on both sides of a MERGE;
+    None when a key type could hash equal values apart."""
+    if any(t.upper().startswith(EXACT_HASH) for t in key.values()):
+        return None
+    prefix = f"{alias}." if alias else ""
+    cols = ", ".join(f"CAST({prefix}{q(k)} AS {t})" for k, t in key.items())
+    return f"pmod(xxhash64({cols}), {KEY_BUCKETS})"
+
+
 def merge_sql(target: str, batch_view: str, key: tuple[str, ...], columns: tuple[str, ...],
-              floor: str | None = None, toastable: tuple[str, ...] = (), mode: str = "upsert") -> str:
+              floor: str | None = None, toastable: tuple[str, ...] = (), mode: str = "upsert",
+              buckets: tuple[str, tuple[int, ...]] | None = None) -> str:
     """MERGE INTO `target` USING `batch_view`: delete on `d`, update when newer, insert
     when absent and newer than the key's remembered delete (`_deleted_position` of the
     batch view) and than the last truncate (`floor`); a lone tombstone deletes only a row
     written earlier in its partition. In `soft_delete` mode a delete marks the row
     (`_cdc_deleted`, with the delete's position, so older changes still lose) instead, and a
-    key created and deleted within the batch is inserted marked (`_inserted`)."""
+    key created and deleted within the batch is inserted marked (`_inserted`). `buckets`
+    (the target's `key_bucket` and the buckets of the batch's keys) keeps only the target's
+    rows that can match before the join: a small batch does not move the whole table."""
     # A row without a position (written by another tool) yields to any change. Kafka's
     # (partition, offset) ends the position, so a redelivered event rewrites its own row
     # with the same values; events sharing one LSN still apply in log order across batches.
     newer = "(t._cdc_position IS NULL OR s._position > t._cdc_position)"
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in key)
+    if buckets:
+        on += f" AND {buckets[0]} IN ({', '.join(str(int(b)) for b in buckets[1])})"
     assign = _assignments(columns, mode)
     # A toastable column the batch carries no value for keeps the stored one.
     kept = {q(c): f"CASE WHEN s._has_{i} THEN s.{q(c)} ELSE t.{q(c)} END" for i, c in enumerate(toastable)}

@@ -42,6 +42,11 @@ def batch_applied(table: str, records: int, bad: int, seconds: float, steps: dic
         STEP_SECONDS.labels(table, step).inc(s)
 
 
+def batch_seconds(table: str) -> float:
+    """Seconds this process spent applying `table`'s batches."""
+    return BATCH_SECONDS.labels(table)._sum.get()
+
+
 def step_seconds(table: str, steps=APPLY_STEPS) -> float:
     """Seconds this process spent in `steps` of `table`'s batches."""
     return sum(STEP_SECONDS.labels(table, s)._value.get() for s in steps)

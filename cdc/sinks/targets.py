@@ -90,6 +90,11 @@ class IcebergTarget:
     def holds_no_rows(self) -> bool:
         return iceberg_spark.holds_no_rows(self.table)
 
+    def stored_bytes(self) -> int:
+        """The size of the current snapshot's data files (from its summary)."""
+        snap = self.table.currentSnapshot()
+        return int((snap.summary().get("total-files-size") if snap is not None else None) or 0)
+
     def last_committed_summary(self) -> dict | None:
         return iceberg_spark.last_committed_summary(self.table)
 
@@ -179,6 +184,11 @@ class DeltaTarget:
         checksum = self._snapshot.checksumOpt()
         files = checksum.get().numFiles() if checksum.isDefined() else self._snapshot.numOfFiles()
         return files == 0
+
+    def stored_bytes(self) -> int:
+        """The size of the table's data files (from the commit's checksum file when there is one)."""
+        checksum = self._snapshot.checksumOpt()
+        return int(checksum.get().tableSizeBytes() if checksum.isDefined() else self._snapshot.sizeInBytes())
 
     def last_committed_summary(self) -> dict | None:
         """The userMetadata of the newest commit with offsets (delta.committed_summary)."""

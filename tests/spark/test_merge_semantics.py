@@ -53,7 +53,8 @@ class Harness:
                                     delete_horizon_hours=horizon_hours, on_error=on_error,
                                     dead_letters_ref=refs[2], mode=reg.mode,
                                     excluded=reg.exclude, masked=reg.mask, mask_key=mask_key,
-                                    format_version=format_version).prepare(spark)
+                                    format_version=format_version,
+                                    buckets_from_bytes=0).prepare(spark)  # every MERGE names its key buckets
         self.reg, self.ident = reg, reg.target
         self.batch_id = 0
 

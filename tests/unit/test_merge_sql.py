@@ -1,6 +1,6 @@
 import pytest
 
-from cdc.planning.merge import (append_sql, forget_deletes_sql, merge_sql, remember_deletes_sql, remembered_deletes_sql,
+from cdc.planning.merge import (KEY_BUCKETS, append_sql, forget_deletes_sql, key_bucket, merge_sql, remember_deletes_sql, remembered_deletes_sql,
                                 table_ref, truncate_sql)
 
 
@@ -63,3 +63,14 @@ def test_toastable_columns_keep_the_stored_value_without_one_in_the_batch():
     sql = merge_sql("x", "b", ("id",), ("id", "doc", "n"), toastable=("doc",))
     assert "t.`doc` = CASE WHEN s._has_0 THEN s.`doc` ELSE t.`doc` END" in sql
     assert "t.`n` = s.`n`" in sql
+
+
+def test_a_small_batch_names_its_key_buckets_on_the_targets_side():
+    types = {"a": "BIGINT", "b b": "DECIMAL(12,2)"}
+    target = key_bucket(types, "t")
+    assert target == f"pmod(xxhash64(CAST(t.`a` AS BIGINT), CAST(t.`b b` AS DECIMAL(12,2))), {KEY_BUCKETS})"
+    assert key_bucket(types) == f"pmod(xxhash64(CAST(`a` AS BIGINT), CAST(`b b` AS DECIMAL(12,2))), {KEY_BUCKETS})"
+    sql = merge_sql("x", "b", ("a", "b b"), ("a", "b b", "c"), buckets=(target, (3, 70)))
+    assert f"ON t.`a` = s.`a` AND t.`b b` = s.`b b` AND {target} IN (3, 70)\n" in sql
+    # -0.0 = 0.0 and NaN = NaN in a join, but their hashes differ: no buckets for such keys.
+    assert key_bucket({"a": "BIGINT", "f": "DOUBLE"}, "t") is None and key_bucket({"f": "FLOAT"}) is None
