@@ -12,7 +12,9 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
 - apply: `apply_events_per_s` (`cdc run --available-now` over a backlog into an existing
   table), `append_limit_events_per_s` (the same job appending instead of merging),
   `apply_vs_limit`; the same change batch into a `small` and a `big` table,
-  `merge_scaling_10m_vs_1m` (0.1M and 1M rows with --quick, 1M and 10M without).
+  `merge_scaling_10m_vs_1m` (0.1M and 1M rows with --quick, 1M and 10M without);
+  `small_batch_s`, a batch of 1,000 changes into the big table (its fixed cost), and
+  `small_batch_run_s`, the whole `cdc run --available-now` around it.
 - peers: Delta Lake MERGE and pyiceberg upsert on the same batch and table,
   `cdc_vs_delta_merge` and `cdc_vs_pyiceberg_upsert` (time ratios, ours over theirs).
 - read: read time after a long run of small batches, without and with `cdc maintain`.

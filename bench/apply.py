@@ -36,6 +36,23 @@ def _append_limit_s(spark, settings, catalog, template, topic: str, rows: int) -
     return timed(lambda: append_limit(spark.newSession(), settings, limit))
 
 
+SMALL_BATCH = 1_000  # changes in the batch whose fixed cost is measured
+
+
+def _small_batch(settings, reg, topic: str, key_doc, value_doc, rows: int, after: int) -> dict:
+    """`small_batch_s`: one batch of SMALL_BATCH changes into `reg`'s table (the big one),
+    from the applier's start to its commit, and `small_batch_run_s`, the whole
+    `cdc run --available-now` around it (session, query start and stop included)."""
+    later = Events(key_doc, value_doc)
+    later.lsn += 8 * (after + 1)  # positions after those of the changes already applied
+    produce(settings, topic, changes(later, rows, SMALL_BATCH))
+    before = metrics.batch_seconds(reg.name)
+    run_s = timed(lambda: run(settings, [reg], available_now=True))
+    batch_s = metrics.batch_seconds(reg.name) - before
+    print(f"a batch of {SMALL_BATCH:,} changes: {batch_s:.2f}s applied, {run_s:.1f}s the whole run", flush=True)
+    return {"small_batch_s": round(batch_s, 2), "small_batch_run_s": round(run_s, 2)}
+
+
 def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict) -> tuple[dict, dict]:
     """`apply_events_per_s` and `append_limit_events_per_s` (each the better of two runs),
     `apply_vs_limit`, and the same change batch merged into a table of `small` and of `big` rows. Also returns what the
@@ -55,6 +72,7 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     big_topic = fill(spark, settings, catalog, big, template, sizes["big"])
     produce(settings, big_topic, changes(Events(key_doc, value_doc), sizes["small"], n))
     big_s = timed(lambda: run(settings, [big], available_now=True))
+    small_batch = _small_batch(settings, big, big_topic, key_doc, value_doc, sizes["big"], after=n)
     # The small table again, now that the JVM is as warm as for the big one.
     again = registration(settings, "small_again")
     again_topic = fill(spark, settings, catalog, again, template, sizes["small"])
@@ -70,6 +88,6 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
         "apply_events_per_s": round(n / apply_s), "append_limit_events_per_s": round(n / limit_s),
         "apply_vs_limit": round(limit_s / apply_s, 3),
         "merge_small_s": round(small_s, 2), "cdc_apply_steps_s": round(merge_s, 2), "merge_big_s": round(big_s, 2),
-        "merge_scaling_10m_vs_1m": round(big_s / small_s, 3),
+        "merge_scaling_10m_vs_1m": round(big_s / small_s, 3), **small_batch,
     }
     return figures, {"reg": small, "topic": topic, "apply_s": apply_s, "merge_s": merge_s}

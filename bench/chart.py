@@ -11,6 +11,7 @@ GOALS = (
     ("cdc_vs_pyiceberg_upsert", 0.1, False, "time: cdc / pyiceberg upsert"),
     ("freshness_p95_s", 10.0, False, "freshness p95 (s)"),
     ("bootstrap_jdbc_vs_debezium", 3.0, True, "bootstrap rate: JDBC / Debezium"),
+    ("small_batch_s", 1.0, False, "a batch of 1,000 changes (s)"),
 )
 
 
@@ -26,7 +27,9 @@ def draw(results: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5))
+    fig, axes = plt.subplots(2, 4, figsize=(15, 6.5))
+    for ax in axes.flat[len(GOALS):]:
+        ax.axis("off")
     for ax, (key, goal, higher, label) in zip(axes.flat, GOALS):
         value = results.get(key)
         ok = met(results, key)

@@ -101,7 +101,8 @@ class Events:
         p["before"], p["after"], p["op"] = (row, None, "d") if op == "d" else (None, row, op)
         p["source"].update(lsn=self.lsn, txId=self.lsn % (1 << 31), ts_ms=int(time.time() * 1000),
                            sequence=json.dumps([str(self.lsn - 4), str(self.lsn)]))
-        return json.dumps(key).encode(), json.dumps(value).encode()
+        return (json.dumps(key, separators=(",", ":")).encode(),  # compact, as the JSON converter writes
+                json.dumps(value, separators=(",", ":")).encode())
 
 
 def changes(ev: Events, rows: int, count: int, seed: int = 7):

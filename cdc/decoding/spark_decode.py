@@ -30,18 +30,21 @@ OLD_KEY, NEW_KEY = "__debezium.oldkey", "__debezium.newkey"  # the headers of a 
 
 
 # A JSON converter message is {"schema": ..., "payload": ...}, in that order, compact. A quote
-# inside a JSON string is escaped, so the first `,"payload":` ends the schema; a message with
-# spaces between its tokens is read by a regular expression.
-SCHEMA_END = ',"payload":'
-SCHEMA_HEAD = r'^(\{\s*"schema"\s*:.*?)\s*,\s*"payload"\s*:'
+# inside a JSON string is escaped, so the first `,"payload":` ends the schema. A message
+# written with Python's separators is found the same way; any other spacing is read by a
+# regular expression (about ten times slower).
+SCHEMA_ENDS = (',"payload":', ', "payload":')
+SCHEMA_HEAD = r'(?s)^(\{\s*"schema"\s*:.*?)\s*,\s*"payload"\s*:'
 
 
 def schema_head() -> SparkColumn:
     """A record value's schema part, the text before its payload ("" without one);
     `head + "}"` is a message `envelope.row_fields` reads."""
     text = F.col("value").cast("string")
-    end = F.instr(text, SCHEMA_END)
-    return F.when(end > 0, F.substring(text, F.lit(1), end - 1)).otherwise(F.regexp_extract(text, SCHEMA_HEAD, 1))
+    compact, spaced = (F.instr(text, sep) for sep in SCHEMA_ENDS)
+    return (F.when(compact > 0, F.substring(text, F.lit(1), compact - 1))
+            .when(spaced > 0, F.substring(text, F.lit(1), spaced - 1))
+            .otherwise(F.regexp_extract(text, SCHEMA_HEAD, 1)))
 
 
 def value_schemas(batch: DataFrame) -> list[str]:

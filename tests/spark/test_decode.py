@@ -145,3 +145,17 @@ def test_a_record_whose_key_and_row_disagree_is_bad(spark):
             assert expected in str(e)
         else:
             raise AssertionError("the reference accepted a record whose key and row disagree")
+
+
+def test_schema_part_is_found_whatever_the_spacing(spark):
+    """The converter's compact form, Python's separators and any other spacing give one schema part."""
+    from cdc.decoding.envelope import row_fields
+    from cdc.decoding.spark_decode import schema_head
+
+    message = {"schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"field": "payload", "type": "string"}]}]}, "payload": {"op": "c", "after": {"payload": ', "payload": x'}}}
+    forms = [json.dumps(message, separators=(",", ":")), json.dumps(message), json.dumps(message, indent=2)]
+    rows = [(None, f.encode(), "t", 0, i) for i, f in enumerate(forms)]
+    heads = [r[0] for r in spark.createDataFrame(rows, KAFKA).orderBy("offset").select(schema_head()).collect()]
+    assert [row_fields(h + "}") for h in heads] == [[{"field": "payload", "type": "string", "name": None,
+                                                      "parameters": None}]] * 3
