@@ -154,6 +154,14 @@ def _status(args) -> int:
     return 0 if not args.check or healthy(rows, captures) else 1
 
 
+def _doctor(args) -> int:
+    from cdc.report.doctor import doctor, exit_code, format_json, format_text
+
+    checks = doctor(load_settings(args.config), args.source)
+    print(format_json(checks) if args.json else format_text(checks))
+    return exit_code(checks)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cdc", description="Debezium change events applied to Apache Iceberg.")
     p.add_argument("--config", help="path to cdc.yaml (default: ./cdc.yaml or $CDC_CONFIG)")
@@ -212,6 +220,16 @@ def parser() -> argparse.ArgumentParser:
     ss.add_argument("--check", action="store_true",
                     help="exit 1 when a source does not capture or a table's job has failed")
     ss.set_defaults(func=_status)
+
+    dr = sub.add_parser("doctor", help="preflight before registering tables: the sources' settings (PostgreSQL: "
+                                       "wal_level, free slots and WAL senders, REPLICATION, the publication; "
+                                       "MariaDB: binary log format and row image, GTID, grants), each registered "
+                                       "table (exists, logged, readable, keyed, columns Debezium and Spark take), "
+                                       "and Kafka, Kafka Connect's Debezium plugins, the catalog and the schema "
+                                       "registry; each problem with its fix (exit 0 all ok, 1 a check failed)")
+    dr.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source)")
+    dr.add_argument("--json", action="store_true", help='print {"schema_version": 1, "checks": [...]}')
+    dr.set_defaults(func=_doctor)
 
     rp = sub.add_parser("replay", help="re-read a window of a table's topic and re-apply it")
     rp.add_argument("--table", required=True, help="the registered table")

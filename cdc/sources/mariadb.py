@@ -76,13 +76,24 @@ def describe_table(conn: pymysql.Connection, reg: TableRegistration) -> SourceTa
     return SourceTable(columns, key)
 
 
+# The server settings Debezium needs: a row-based binary log with full row images.
+BINLOG_WANTED = (("log_bin", "1"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL"))
+
+
+def binlog_settings(conn: pymysql.Connection) -> dict:
+    """The server's values of the BINLOG_WANTED settings."""
+    return dict(_rows(conn, "SELECT 'log_bin', @@log_bin UNION ALL SELECT 'binlog_format', @@binlog_format "
+                            "UNION ALL SELECT 'binlog_row_image', @@binlog_row_image"))
+
+
+def binlog_wrong(values: dict) -> list[str]:
+    """The settings of `values` that differ from BINLOG_WANTED, each with the value it needs."""
+    return [f"{k}={values.get(k)} (needs {want})" for k, want in BINLOG_WANTED if str(values.get(k)).upper() != want]
+
+
 def check_binlog(conn: pymysql.Connection, name: str) -> None:
     """The server settings Debezium needs: a row-based binary log with full row images."""
-    values = dict(_rows(conn, "SELECT 'log_bin', @@log_bin UNION ALL SELECT 'binlog_format', @@binlog_format "
-                              "UNION ALL SELECT 'binlog_row_image', @@binlog_row_image"))
-    wrong = [f"{k}={values.get(k)} (needs {want})" for k, want in
-             (("log_bin", "1"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL"))
-             if str(values.get(k)).upper() != want]
+    wrong = binlog_wrong(binlog_settings(conn))
     if wrong:
         raise SourceError(f"source {name!r}: the MariaDB server is not set up for change capture: {', '.join(wrong)}",
                           hint="start mariadbd with --log-bin --binlog-format=ROW --binlog-row-image=FULL")

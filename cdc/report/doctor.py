@@ -1,0 +1,471 @@
+"""`cdc doctor`: a preflight of the sources (server settings, the user's privileges, each
+registered table) and of Kafka, Kafka Connect, the catalog and the schema registry, run
+before registering tables. Every problem is a failed `Check` that says what was found and
+what to do. The decisions are pure functions of the values read (tested without a
+database); the per-kind SQL lives in cdc/sources/<kind>_checks.py."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from cdc.config.models import Settings, TableRegistration
+from cdc.errors import CdcError, ConfigError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Check:
+    """One thing looked at: `ok` or not, what was `found`, and the `fix` when there is one
+    to make. A warning (`warn`) is ok but worth reading."""
+
+    name: str  # a stable id, e.g. wal_level
+    ok: bool
+    found: str
+    fix: str | None = None
+    source: str | None = None
+    table: str | None = None  # the registration's name
+    warn: bool = False
+
+    @property
+    def status(self) -> str:
+        return "FAIL" if not self.ok else "warn" if self.warn else "ok"
+
+    def at(self, source: str | None = None, table: str | None = None) -> "Check":
+        """The same check, for `source` (and `table`)."""
+        return Check(self.name, self.ok, self.found, self.fix, source or self.source, table or self.table, self.warn)
+
+
+def passed(name: str, found: str) -> Check:
+    return Check(name, True, found)
+
+
+def failed(name: str, found: str, fix: str | None) -> Check:
+    return Check(name, False, found, fix)
+
+
+def warning(name: str, found: str, fix: str) -> Check:
+    return Check(name, True, found, fix, warn=True)
+
+
+def q(name: str) -> str:
+    """A SQL identifier as a fix shows it (PostgreSQL quoting)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+# ---- PostgreSQL decisions ----
+
+
+def wal_level_check(value: str) -> Check:
+    if value == "logical":
+        return passed("wal_level", "logical")
+    return failed("wal_level", f"{value} (logical decoding needs logical)",
+                  "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
+
+
+def slots_check(max_slots: int, used: int, own_slot: str, own_exists: bool) -> Check:
+    """A replication slot for the connector: its own, or a free one."""
+    free = max_slots - used
+    found = f"{used} of max_replication_slots={max_slots} in use, {max(free, 0)} free"
+    if own_exists:
+        return passed("replication_slots", f"{found}; slot {own_slot} exists")
+    if free >= 1:
+        return passed("replication_slots", f"{found}; slot {own_slot} will be created")
+    return failed("replication_slots", f"{found}; slot {own_slot} does not exist yet",
+                  "drop a slot no longer used (SELECT pg_drop_replication_slot('<name>')), or raise it: "
+                  f"ALTER SYSTEM SET max_replication_slots = {max_slots + 1}; then restart PostgreSQL")
+
+
+def wal_senders_check(max_senders: int, used: int, own_active: bool) -> Check:
+    """A WAL sender process for the connector (it holds one while it streams)."""
+    free = max_senders - used
+    found = f"{used} of max_wal_senders={max_senders} in use, {max(free, 0)} free"
+    if own_active:
+        return passed("wal_senders", f"{found}; the connector streams already")
+    if free >= 1:
+        return passed("wal_senders", found)
+    return failed("wal_senders", found, f"ALTER SYSTEM SET max_wal_senders = {max_senders + 1}; then restart "
+                                        f"PostgreSQL (or stop a replication client no longer used)")
+
+
+def replication_role_check(user: str, replication: bool, superuser: bool) -> Check:
+    if superuser or replication:
+        return passed("replication_privilege", f"role {user} has " + ("SUPERUSER" if superuser else "REPLICATION"))
+    return failed("replication_privilege", f"role {user} has neither REPLICATION nor SUPERUSER",
+                  f"ALTER ROLE {q(user)} REPLICATION (as a superuser)")
+
+
+def publication_check(name: str, user: str, database: str, exists: bool, owner: str | None, owned: bool,
+                      can_create: bool) -> Check:
+    """The connector creates and alters its publication (publication.autocreate.mode
+    filtered): the user owns it, or may create it."""
+    if exists and owned:
+        return passed("publication", f"publication {name} exists, owned by {owner}")
+    if exists:
+        return failed("publication", f"publication {name} is owned by {owner}, not by {user}: the connector "
+                                     f"cannot change its tables",
+                      f"ALTER PUBLICATION {q(name)} OWNER TO {q(user)}")
+    if can_create:
+        return passed("publication", f"publication {name} does not exist; {user} may create it (the connector "
+                                     f"does)")
+    return failed("publication", f"publication {name} does not exist and {user} may not create it (no CREATE on "
+                                 f"database {database})",
+                  f"GRANT CREATE ON DATABASE {q(database)} TO {q(user)}, or create the publication as {user}")
+
+
+def slot_retention_check(state: dict | None) -> Check | None:
+    """An inactive slot holds back WAL until its connector streams again (None: no slot)."""
+    if state is None:
+        return None
+    held = _size(state["retained_wal_bytes"])
+    found = f"slot {state['name']} is {'active' if state['active'] else 'INACTIVE'}, {held} of WAL held" + (
+        f" (wal_status {state['wal_status']})" if state.get("wal_status") else "")
+    if state["active"]:
+        return passed("slot_retained_wal", found)
+    return warning("slot_retained_wal", found, "start its connector (`cdc register`, or `cdc capture restart`), or, "
+                                               "for a retired source, drop the slot: "
+                                               f"SELECT pg_drop_replication_slot('{state['name']}')")
+
+
+RELKINDS = {"r": "table", "p": "partitioned table", "v": "view", "m": "materialized view", "f": "foreign table",
+            "S": "sequence", "c": "composite type", "i": "index"}
+
+
+def relation_check(where: str, relkind: str | None) -> Check:
+    """The registered table exists and is a table Debezium captures."""
+    if relkind in ("r", "p"):
+        return passed("table_exists", f"{where} is a {RELKINDS[relkind]}")
+    if relkind is None:
+        return failed("table_exists", f"{where} does not exist", "create it, or fix source.schema/source.table in "
+                                                                "the registration")
+    return failed("table_exists", f"{where} is a {RELKINDS.get(relkind, relkind)}, not a table",
+                  "register a table: logical replication publishes tables only")
+
+
+def persistence_check(where: str, relpersistence: str) -> Check:
+    """Unlogged and temporary tables write no WAL: nothing of them is captured."""
+    if relpersistence == "p":
+        return passed("table_logged", f"{where} is logged")
+    kind = "UNLOGGED" if relpersistence == "u" else "TEMPORARY"
+    fix = f"ALTER TABLE {where} SET LOGGED" if relpersistence == "u" else "register a permanent table"
+    return failed("table_logged", f"{where} is {kind}: it writes no WAL, so no change of it is captured", fix)
+
+
+def select_check(where: str, user: str, schema: str, has_select: bool, has_usage: bool) -> Check:
+    """The connector's snapshot (and cdc's counts) read the table as the user."""
+    missing = ([] if has_usage else [f"USAGE on schema {schema}"]) + ([] if has_select else [f"SELECT on {where}"])
+    if not missing:
+        return passed("select_privilege", f"{user} may read {where}")
+    fix = "; ".join(([f"GRANT USAGE ON SCHEMA {q(schema)} TO {q(user)}"] if not has_usage else [])
+                    + ([f"GRANT SELECT ON {where} TO {q(user)}"] if not has_select else []))
+    return failed("select_privilege", f"{user} lacks " + " and ".join(missing), fix)
+
+
+REPLICA_IDENTITY = {"d": "default", "n": "nothing", "f": "full", "i": "index"}
+
+
+def replica_identity_check(where: str, has_primary_key: bool, key: tuple[str, ...] | None,
+                           identity: str) -> Check:
+    """Updates and deletes carry the row's key: a primary key (replica identity default),
+    or the registration's `key:` with REPLICA IDENTITY FULL (or an index)."""
+    shown = REPLICA_IDENTITY.get(identity, identity)
+    if identity == "n":
+        return failed("replica_identity", f"{where} has REPLICA IDENTITY NOTHING: updates and deletes carry no "
+                                          f"old row",
+                      f"ALTER TABLE {where} REPLICA IDENTITY " + ("DEFAULT" if has_primary_key else "FULL"))
+    if has_primary_key:
+        return passed("replica_identity", f"{where} has a primary key (replica identity {shown})")
+    if key is None:
+        return failed("replica_identity", f"{where} has no primary key and the registration gives no key columns",
+                      "add a primary key at the source, or name the key columns: `key:` in the registration")
+    if identity in ("f", "i"):
+        return passed("replica_identity", f"{where} has no primary key; key {', '.join(key)}, replica identity "
+                                          f"{shown}")
+    return failed("replica_identity", f"{where} has no primary key and replica identity {shown}: PostgreSQL "
+                                      f"publishes no old row for updates and deletes (key {', '.join(key)})",
+                  f"ALTER TABLE {where} REPLICA IDENTITY FULL")
+
+
+def publishable_check(where: str, user: str, owner: str, owned: bool, published: bool) -> Check:
+    """The connector adds the table to its publication, which takes the table's ownership
+    (a superuser, or a member of the owning role), unless the table is in it already."""
+    if published:
+        return passed("table_owner", f"{where} is in the publication already")
+    if owned:
+        return passed("table_owner", f"{user} may add {where} (owned by {owner}) to the publication")
+    return failed("table_owner", f"{where} is owned by {owner}: {user} cannot add it to the publication",
+                  f"GRANT {q(owner)} TO {q(user)}, or add the table to the publication as its owner")
+
+
+def columns_check(where: str, error: CdcError | None, columns: int | None = None) -> Check:
+    """The column preflight (describe_table): what Debezium or Spark would refuse."""
+    if error is None:
+        return passed("columns", f"{where}: {columns} columns, none refused")
+    return failed("columns", error.message, error.hint)
+
+
+# ---- MariaDB decisions ----
+
+BINLOG_FIX = {"log_bin": "start mariadbd with --log-bin", "binlog_format": "SET GLOBAL binlog_format = 'ROW' (and "
+              "binlog_format=ROW in the server's configuration)", "binlog_row_image": "SET GLOBAL binlog_row_image = "
+              "'FULL' (and binlog_row_image=FULL in the server's configuration)"}
+
+
+def binlog_checks(values: dict, wanted: tuple[tuple[str, str], ...]) -> list[Check]:
+    """One check per binary log setting (`wanted`: name, value needed)."""
+    checks = []
+    for key, want in wanted:
+        value = values.get(key)
+        if str(value).upper() == want:
+            checks.append(passed(key, f"{key}={value}"))
+        else:
+            checks.append(failed(key, f"{key}={value} (needs {want})", BINLOG_FIX.get(key)))
+    return checks
+
+
+def gtid_check(binlog_pos: str | None, strict_mode, domain_id) -> Check:
+    found = f"gtid_binlog_pos={binlog_pos or '(empty)'}, gtid_domain_id={domain_id}, gtid_strict_mode={strict_mode}"
+    if binlog_pos:
+        return passed("gtid", found)
+    return warning("gtid", found + ": no transaction in the binary log yet",
+                   "nothing to do: the first transaction gives a GTID position")
+
+
+DAY_S = 86400
+
+
+def binlog_retention_check(expire_seconds, expire_days) -> Check:
+    """How long binary logs are kept: a connector stopped for longer loses its position."""
+    seconds = int(expire_seconds or 0) or int(float(expire_days or 0) * DAY_S)
+    if seconds == 0:
+        return passed("binlog_retention", "binary logs are never expired (binlog_expire_logs_seconds=0)")
+    found = f"binlog_expire_logs_seconds={seconds} ({seconds / DAY_S:.1f} days)"
+    if seconds < DAY_S:
+        return warning("binlog_retention", found + ": a connector stopped for longer loses its position",
+                       "SET GLOBAL binlog_expire_logs_seconds = 604800 (a week; and in the server's configuration)")
+    return passed("binlog_retention", found)
+
+
+_GRANT = re.compile(r"^GRANT\s+(.+?)\s+ON\s+(?:(?:TABLE|FUNCTION|PROCEDURE|PACKAGE)\s+)?(\S+)\s+TO\s", re.I | re.S)
+# Each privilege Debezium's MariaDB connector needs, with the names it goes by.
+MARIADB_PRIVILEGES = (("REPLICATION SLAVE", ("REPLICATION SLAVE", "REPLICATION REPLICA")),
+                      ("REPLICATION CLIENT", ("REPLICATION CLIENT", "BINLOG MONITOR", "SLAVE MONITOR",
+                                              "REPLICA MONITOR")),
+                      ("RELOAD", ("RELOAD",)))
+
+
+def parse_grants(lines: list[str]) -> dict[str, set[str]]:
+    """SHOW GRANTS lines as {object (`*.*`, `db`.*, ...): privileges}; role grants and the
+    password part are left out."""
+    out: dict[str, set[str]] = {}
+    for line in lines:
+        m = _GRANT.match(line.strip())
+        if not m:
+            continue
+        privileges = re.sub(r"\([^)]*\)", "", m.group(1))  # column lists: SELECT (a, b)
+        out.setdefault(m.group(2).replace("`", ""), set()).update(
+            " ".join(p.split()).upper() for p in privileges.split(",") if p.strip())
+    return out
+
+
+def grants_check(account: str, database: str, lines: list[str]) -> Check:
+    """REPLICATION SLAVE, REPLICATION CLIENT (BINLOG MONITOR) and RELOAD on *.*, SELECT on
+    the database (or ALL PRIVILEGES)."""
+    grants = parse_grants(lines)
+    on_all = grants.get("*.*", set())
+    on_db = on_all | grants.get(f"{database}.*", set())
+    missing = [] if "ALL PRIVILEGES" in on_all else [
+        need for need, names in MARIADB_PRIVILEGES if not on_all & set(names)]
+    select = "ALL PRIVILEGES" in on_db or "SELECT" in on_db
+    shown = "; ".join(f"{', '.join(sorted(p))} on {obj}" for obj, p in sorted(grants.items())) or "none"
+    if not missing and select:
+        return passed("privileges", f"{account}: {shown}")
+    fix = "; ".join(([f"GRANT {', '.join(missing)} ON *.* TO {account}"] if missing else [])
+                    + ([] if select else [f"GRANT SELECT ON `{database}`.* TO {account}"]))
+    lacking = missing + ([] if select else [f"SELECT on {database}"])
+    return failed("privileges", f"{account} lacks {', '.join(lacking)} (has: {shown})", fix)
+
+
+def key_check(where: str, has_primary_key: bool, key: tuple[str, ...] | None) -> Check:
+    """A MariaDB table's changes are keyed by its primary key or the registration's `key:`."""
+    if has_primary_key:
+        return passed("key", f"{where} has a primary key")
+    if key is not None:
+        return passed("key", f"{where} has no primary key; key {', '.join(key)} from the registration")
+    return failed("key", f"{where} has no primary key and the registration gives no key columns",
+                  "add a primary key at the source, or name the key columns: `key:` in the registration")
+
+
+# ---- the run ----
+
+
+def checks_of(settings: Settings, name: str):
+    """The checks module of source `name`'s kind."""
+    if settings.sources[name].kind == "mariadb":
+        from cdc.sources import mariadb_checks
+        return mariadb_checks
+    from cdc.sources import postgres_checks
+    return postgres_checks
+
+
+def doctor(settings: Settings, source: str | None = None) -> list[Check]:
+    """Every check: the services, then each source (or only `source`) with its registered
+    tables. A source that cannot be reached is a failed check; the others go on."""
+    from cdc.config.loader import load_tables
+
+    if source is not None and source not in settings.sources:
+        raise ConfigError(f"source {source!r} is not in cdc.yaml",
+                          hint=f"sources: {', '.join(sorted(settings.sources)) or '(none)'}")
+    names = [source] if source else sorted(settings.sources)
+    tables = load_tables(settings)
+    checks = service_checks(settings, names)
+    for name in names:
+        checks += source_checks(settings, name, [t for t in tables if t.source.name == name])
+    return checks
+
+
+def source_checks(settings: Settings, name: str, tables: list[TableRegistration]) -> list[Check]:
+    from cdc.sources import module_of
+
+    src = settings.sources[name]
+    address = f"{src.user}@{src.host}:{src.port}/{src.database}"
+    try:
+        conn = module_of(settings, name).connect(settings, name)
+    except CdcError as e:
+        return [failed("connection", e.message, e.hint).at(name)]
+    checks = [passed("connection", f"{src.kind} {address}").at(name)]
+    try:
+        with conn:
+            checks += [c.at(name) for c in checks_of(settings, name).preflight(conn, settings, name, tables)]
+    except Exception as e:  # noqa: BLE001 - a query the server refused: reported, and the other sources go on
+        checks.append(failed("preflight", f"{address}: {type(e).__name__}: {str(e).strip()[:500]}",
+                             "run `cdc doctor` as a user that may read the server's catalogs").at(name))
+    return checks
+
+
+def service_checks(settings: Settings, sources: list[str]) -> list[Check]:
+    """Kafka, Kafka Connect and the Debezium plugins `sources` need, the catalog, and the
+    schema registry when a source writes Avro."""
+    checks = [kafka_check(settings), *connect_checks(settings, sources), catalog_check(settings)]
+    avro = [s for s in sources if settings.sources[s].format == "avro"]
+    if avro:
+        checks.append(registry_check(settings, avro))
+    return checks
+
+
+def kafka_check(settings: Settings) -> Check:
+    from cdc.register.topics import existing_topics
+
+    try:
+        topics = existing_topics(settings.kafka_bootstrap, timeout_s=10)
+    except CdcError as e:
+        return failed("kafka", e.message, e.hint)
+    return passed("kafka", f"{settings.kafka_bootstrap} answers ({len(topics)} topics)")
+
+
+def connector_class(settings: Settings, kind: str) -> str:
+    """The Debezium connector class of a source kind, as its connector template names it."""
+    template = "mariadb-connector.json" if kind == "mariadb" else "postgres-connector.json"
+    return json.loads((settings.path(settings.debezium_dir) / template).read_text())["connector.class"]
+
+
+def connect_checks(settings: Settings, sources: list[str]) -> list[Check]:
+    """Kafka Connect answers, and has the Debezium plugin of each kind of source."""
+    from cdc.register.connector import ConnectClient
+
+    url = settings.connect_url
+    try:
+        r = ConnectClient(url, timeout_s=10)._call("GET", "/connector-plugins")
+    except CdcError as e:
+        return [failed("connect", e.message, e.hint)]
+    if not r.ok:
+        return [failed("connect", f"Kafka Connect at {url} answered HTTP {r.status_code} for /connector-plugins",
+                       "see the Connect worker's log (`cdc stack status` names it)")]
+    plugins = {p.get("class") for p in r.json()}
+    checks = [passed("connect", f"{url} answers ({len(plugins)} connector plugins)")]
+    for kind in sorted({settings.sources[s].kind for s in sources}):
+        cls = connector_class(settings, kind)
+        if cls in plugins:
+            checks.append(passed(f"connect_plugin_{kind}", f"{cls} is installed"))
+        else:
+            checks.append(failed(f"connect_plugin_{kind}", f"{cls} is not installed in Kafka Connect at {url}",
+                                 f"unpack Debezium's {kind} connector plugin under the worker's plugin.path and "
+                                 f"restart the worker"))
+    return checks
+
+
+def catalog_address(settings: Settings) -> str:
+    c = settings.catalog
+    return f"REST catalog {c.name} at {c.uri}" if c.type == "rest" else \
+        f"sqlite catalog {c.name} at {settings.path(c.path)}"
+
+
+def catalog_check(settings: Settings) -> Check:
+    from cdc.sinks.catalog import load_catalog
+
+    where = catalog_address(settings)
+    try:
+        namespaces = load_catalog(settings).list_namespaces()
+    except Exception as e:  # noqa: BLE001 - pyiceberg's errors have no common base
+        return failed("catalog", f"{where} does not open: {type(e).__name__}: {str(e).strip()[:300]}",
+                      "check catalog in cdc.yaml (uri, credential, warehouse) and that the catalog runs")
+    return passed("catalog", f"{where} opens ({len(namespaces)} namespaces)")
+
+
+def registry_check(settings: Settings, sources: list[str]) -> Check:
+    """The schema registry answers (any answer for a schema id: it runs)."""
+    from cdc.decoding.avro import SchemaRegistry
+
+    url = settings.registry_url
+    try:
+        SchemaRegistry(url, timeout_s=10).schema(1, attempts=1)
+    except CdcError as e:
+        return failed("schema_registry", f"{e.message} (sources with format avro: {', '.join(sources)})",
+                      e.hint or "check schema_registry.url in cdc.yaml and that the registry runs")
+    return passed("schema_registry", f"{url} answers")
+
+
+# ---- output ----
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0 when every check is ok (warnings included), 1 when one failed."""
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def summary(checks: list[Check]) -> str:
+    failures = sum(not c.ok for c in checks)
+    warnings = sum(c.ok and c.warn for c in checks)
+    return (f"{len(checks)} checks: {len(checks) - failures - warnings} ok, {warnings} warning(s), "
+            f"{failures} failed")
+
+
+def format_text(checks: list[Check]) -> str:
+    """One line per check (status, where, name, what was found), the fix indented below a
+    failure or warning, then a summary line."""
+    lines = []
+    for c in checks:
+        where = f"[{c.source}{' ' + c.table if c.table else ''}] " if c.source else ""
+        lines.append(f"{c.status:<4}  {where}{c.name}: {c.found}")
+        if c.fix and (not c.ok or c.warn):
+            lines.append(f"      fix: {c.fix}")
+    lines.append(summary(checks))
+    return "\n".join(lines)
+
+
+def format_json(checks: list[Check]) -> str:
+    rows = [{"status": c.status, **asdict(c)} for c in checks]
+    return json.dumps({"schema_version": SCHEMA_VERSION, "ok": exit_code(checks) == 0, "checks": rows}, indent=2)
+
+
+def _size(n: int | None) -> str:
+    """Bytes in the largest unit that keeps a number of at least one."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(value) < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
