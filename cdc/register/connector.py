@@ -107,6 +107,14 @@ class ConnectClient:
         r = self._call("GET", f"/connectors/{name}/status")
         return r.json() if r.ok else None
 
+    def plugins(self) -> set[str]:
+        """The classes of the connector plugins the worker has installed."""
+        r = self._call("GET", "/connector-plugins")
+        if not r.ok:
+            raise ConnectorError(f"Kafka Connect at {self.url} answered HTTP {r.status_code} for /connector-plugins",
+                                 hint="see the Connect worker's log (`cdc stack status` names it)")
+        return {p.get("class") for p in r.json()}
+
     def offsets(self, name: str) -> list[dict]:
         """The connector's committed source offsets (the `offset` part of each partition)."""
         r = self._call("GET", f"/connectors/{name}/offsets")

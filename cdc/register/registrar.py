@@ -14,7 +14,7 @@ from cdc.planning.protect import mask_key
 from cdc.register.connector import (DOWN, ConnectClient, connector_config, connector_name, secret_file_ref,
                                     topic_for, write_secret)
 from cdc.register.topics import ensure_topics, existing_topics
-from cdc.report.capture import format_text, source_capture, task_error
+from cdc.report.capture import format_text, retrying_cause, source_capture, task_error
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.targets import shown_name
@@ -140,8 +140,15 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
         down = client.not_running(name)
         client.put_config(name, config)
         _restart(client, name, down)  # what the new config did not restart already
-        client.wait_task_config(name, "table.include.list", config["table.include.list"])
-        client.wait_running(name)
+        try:
+            client.wait_task_config(name, "table.include.list", config["table.include.list"])
+            client.wait_running(name)
+            if previous is not None:  # it captured before: it must capture still
+                client.wait_captured(name, kind.write_marker(conn, src.signal_table), timeout_s=CAPTURE_CHECK_S)
+        except ConnectorError as e:
+            if previous is None or down:
+                raise
+            _roll_back(settings, client, kind, conn, source, previous, e)
         if not wait_snapshot:
             return
         client.wait_streaming(name)
@@ -161,6 +168,31 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             else:
                 iceberg.mark_snapshotted(catalog, t, how, settings)
     print(f"connector {name}: running, capturing {len(tables)} table(s)")
+
+
+CAPTURE_CHECK_S = 60.0  # how long an updated connector may take to capture a marker before it is rolled back
+
+
+def _roll_back(settings: Settings, client: ConnectClient, kind, conn, source: str, previous: dict,
+               cause: ConnectorError) -> None:
+    """The connector's previous configuration put back, once the new one stopped its
+    capture (Debezium retries such an error for ever, capturing nothing for every table of
+    the source); raises with what went wrong, after checking the old tables flow again."""
+    name = connector_name(source)
+    why = retrying_cause(settings, source) or cause.message
+    client.put_config(name, previous)
+    try:
+        client.wait_task_config(name, "table.include.list", previous.get("table.include.list", ""))
+        client.wait_running(name)
+        client.wait_captured(name, kind.write_marker(conn, settings.sources[source].signal_table),
+                             timeout_s=CAPTURE_CHECK_S)
+    except ConnectorError as e:
+        raise ConnectorError(f"connector {name} stopped capturing with the new configuration ({why}), and its "
+                             f"previous configuration, put back, does not capture either: {e.message}",
+                             hint="see the Connect worker's log; `cdc status` shows the source's capture") from None
+    raise ConnectorError(f"connector {name} stopped capturing with the new configuration: {why}; its previous "
+                         f"configuration is back and the tables it captured flow again",
+                         hint="fix the cause at the source, then run `cdc register` again")
 
 
 def _restart(client: ConnectClient, name: str, down: list[dict]) -> None:

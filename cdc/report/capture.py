@@ -47,14 +47,8 @@ WORKER_LOG_TAIL = 4 * 1024 * 1024  # how much of the local Connect worker's log 
 def refused_table(settings: Settings, source: str, task: int | None) -> str | None:
     """The table whose record the source's task could not send, when the Connect worker is
     the local stack's (its log names the topic; the task's trace does not), else None."""
-    if settings.connect.url is not None or task is None:
-        return None
-    log = settings.state_dir / "run" / "connect.log"
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(0, log.stat().st_size - WORKER_LOG_TAIL))
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
+    tail = _worker_log(settings) if task is not None else None
+    if tail is None:
         return None
     task_id = re.escape(f"{connector_name(source)}-{task}")
     sent = re.findall(rf"WorkerSourceTask\{{id={task_id}\}} failed to send record to (\S+?):", tail)
@@ -65,6 +59,39 @@ def refused_table(settings: Settings, source: str, task: int | None) -> str | No
     except CdcError:
         names = {}
     return names.get(sent[-1], f"topic {sent[-1]}")
+
+
+def retrying_cause(settings: Settings, source: str) -> str | None:
+    """Why the source's tasks last failed to poll and are retrying (they stay RUNNING
+    meanwhile, capturing nothing), when the Connect worker is the local stack's: the
+    root cause and its detail from the worker's log, else None."""
+    tail = _worker_log(settings)
+    if tail is None:
+        return None
+    task_id = re.escape(connector_name(source)) + r"-\d+"
+    failures = list(re.finditer(rf"WorkerSourceTask\{{id={task_id}\}} failed to poll records.*?\n(?=\[)", tail,
+                                re.DOTALL))
+    if not failures:
+        return None
+    lines = failures[-1].group(0).splitlines()
+    causes = [i for i, line in enumerate(lines) if line.startswith("Caused by:")]
+    if not causes:
+        return None
+    detail = [line.strip() for line in lines[causes[-1] + 1:] if line.strip().startswith("Detail:")][:1]
+    return " ".join([lines[causes[-1]][len("Caused by:"):].strip(), *detail])
+
+
+def _worker_log(settings: Settings) -> str | None:
+    """The end of the local Connect worker's log (None for another Connect cluster)."""
+    if settings.connect.url is not None:
+        return None
+    log = settings.state_dir / "run" / "connect.log"
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, log.stat().st_size - WORKER_LOG_TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
 
 
 def source_capture(settings: Settings, source: str, client: ConnectClient | None = None,
@@ -123,7 +150,7 @@ def format_text(captures: list[dict]) -> list[str]:
     for c in captures:
         slot = c.get("slot")
         held = (f"; slot {slot['name']} {'active' if slot['active'] else 'INACTIVE'}, "
-                f"{_size(slot['retained_wal_bytes'])} of WAL held") if slot else ""
+                f"{size(slot['retained_wal_bytes'])} of WAL held") if slot else ""
         tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"])
         lines.append(f"capture {c['source']}: connector {c['state']}{', ' + tasks if tasks else ''}{held}")
         if not c["capturing"] and c["reason"]:
@@ -131,7 +158,8 @@ def format_text(captures: list[dict]) -> list[str]:
     return lines
 
 
-def _size(n: int | None) -> str:
+def size(n: int | None) -> str:
+    """Bytes in the largest unit that keeps a number of at least one."""
     if n is None:
         return "?"
     for unit in ("B", "KB", "MB", "GB"):

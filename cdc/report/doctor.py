@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import CdcError, ConfigError
+from cdc.report.capture import size
+from cdc.sources.postgres import ident
 
 SCHEMA_VERSION = 1
 
@@ -49,9 +51,6 @@ def warning(name: str, found: str, fix: str) -> Check:
     return Check(name, True, found, fix, warn=True)
 
 
-def q(name: str) -> str:
-    """A SQL identifier as a fix shows it (PostgreSQL quoting)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 # ---- PostgreSQL decisions ----
@@ -93,7 +92,7 @@ def replication_role_check(user: str, replication: bool, superuser: bool) -> Che
     if superuser or replication:
         return passed("replication_privilege", f"role {user} has " + ("SUPERUSER" if superuser else "REPLICATION"))
     return failed("replication_privilege", f"role {user} has neither REPLICATION nor SUPERUSER",
-                  f"ALTER ROLE {q(user)} REPLICATION (as a superuser)")
+                  f"ALTER ROLE {ident(user)} REPLICATION (as a superuser)")
 
 
 def publication_check(name: str, user: str, database: str, exists: bool, owner: str | None, owned: bool,
@@ -105,20 +104,20 @@ def publication_check(name: str, user: str, database: str, exists: bool, owner: 
     if exists:
         return failed("publication", f"publication {name} is owned by {owner}, not by {user}: the connector "
                                      f"cannot change its tables",
-                      f"ALTER PUBLICATION {q(name)} OWNER TO {q(user)}")
+                      f"ALTER PUBLICATION {ident(name)} OWNER TO {ident(user)}")
     if can_create:
         return passed("publication", f"publication {name} does not exist; {user} may create it (the connector "
                                      f"does)")
     return failed("publication", f"publication {name} does not exist and {user} may not create it (no CREATE on "
                                  f"database {database})",
-                  f"GRANT CREATE ON DATABASE {q(database)} TO {q(user)}, or create the publication as {user}")
+                  f"GRANT CREATE ON DATABASE {ident(database)} TO {ident(user)}, or create the publication as {user}")
 
 
 def slot_retention_check(state: dict | None) -> Check | None:
     """An inactive slot holds back WAL until its connector streams again (None: no slot)."""
     if state is None:
         return None
-    held = _size(state["retained_wal_bytes"])
+    held = size(state["retained_wal_bytes"])
     found = f"slot {state['name']} is {'active' if state['active'] else 'INACTIVE'}, {held} of WAL held" + (
         f" (wal_status {state['wal_status']})" if state.get("wal_status") else "")
     if state["active"]:
@@ -157,8 +156,8 @@ def select_check(where: str, user: str, schema: str, has_select: bool, has_usage
     missing = ([] if has_usage else [f"USAGE on schema {schema}"]) + ([] if has_select else [f"SELECT on {where}"])
     if not missing:
         return passed("select_privilege", f"{user} may read {where}")
-    fix = "; ".join(([f"GRANT USAGE ON SCHEMA {q(schema)} TO {q(user)}"] if not has_usage else [])
-                    + ([f"GRANT SELECT ON {where} TO {q(user)}"] if not has_select else []))
+    fix = "; ".join(([f"GRANT USAGE ON SCHEMA {ident(schema)} TO {ident(user)}"] if not has_usage else [])
+                    + ([f"GRANT SELECT ON {where} TO {ident(user)}"] if not has_select else []))
     return failed("select_privilege", f"{user} lacks " + " and ".join(missing), fix)
 
 
@@ -195,7 +194,7 @@ def publishable_check(where: str, user: str, owner: str, owned: bool, published:
     if owned:
         return passed("table_owner", f"{user} may add {where} (owned by {owner}) to the publication")
     return failed("table_owner", f"{where} is owned by {owner}: {user} cannot add it to the publication",
-                  f"GRANT {q(owner)} TO {q(user)}, or add the table to the publication as its owner")
+                  f"GRANT {ident(owner)} TO {ident(user)}, or add the table to the publication as its owner")
 
 
 def columns_check(where: str, error: CdcError | None, columns: int | None = None) -> Check:
@@ -376,13 +375,9 @@ def connect_checks(settings: Settings, sources: list[str]) -> list[Check]:
 
     url = settings.connect_url
     try:
-        r = ConnectClient(url, timeout_s=10)._call("GET", "/connector-plugins")
+        plugins = ConnectClient(url, timeout_s=10).plugins()
     except CdcError as e:
         return [failed("connect", e.message, e.hint)]
-    if not r.ok:
-        return [failed("connect", f"Kafka Connect at {url} answered HTTP {r.status_code} for /connector-plugins",
-                       "see the Connect worker's log (`cdc stack status` names it)")]
-    plugins = {p.get("class") for p in r.json()}
     checks = [passed("connect", f"{url} answers ({len(plugins)} connector plugins)")]
     for kind in sorted({settings.sources[s].kind for s in sources}):
         cls = connector_class(settings, kind)
@@ -457,15 +452,3 @@ def format_text(checks: list[Check]) -> str:
 def format_json(checks: list[Check]) -> str:
     rows = [{"status": c.status, **asdict(c)} for c in checks]
     return json.dumps({"schema_version": SCHEMA_VERSION, "ok": exit_code(checks) == 0, "checks": rows}, indent=2)
-
-
-def _size(n: int | None) -> str:
-    """Bytes in the largest unit that keeps a number of at least one."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(value) < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"

@@ -42,6 +42,14 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
     if not rows:
         raise ConfigError(f"source table {schema}.{table} does not exist in source {reg.source.name!r} "
                           f"(registration {reg.file})", hint="create the table or fix source.schema/source.table")
+    persistence = conn.execute("SELECT relpersistence FROM pg_class WHERE oid = to_regclass(format('%%I.%%I', "
+                               "%s::text, %s::text))", (schema, table)).fetchone()
+    if persistence and persistence[0] != "p":  # PostgreSQL publishes no change of these
+        unlogged = persistence[0] == "u"
+        raise ConfigError(f"{schema}.{table} is {'an unlogged' if unlogged else 'a temporary'} table: PostgreSQL's "
+                          f"logical decoding publishes none of its changes, and Debezium's publication refuses it",
+                          hint=f"run ALTER TABLE {ident(schema)}.{ident(table)} SET LOGGED at the source"
+                          if unlogged else "register a permanent table")
     columns = tuple(postgres_column(*r[:6], table=where, udt_name=r[6], type_kind=r[7]) for r in rows)
     names = [c.name for c in columns]
     if reg.key is not None:

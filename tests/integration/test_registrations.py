@@ -140,6 +140,50 @@ def test_a_refused_registration_changes_nothing(it_env, capsys):
     assert {r["id"]: r["note"] for r in env.target_records("reserved")} == {1: "one", 2: "changed"}
 
 
+def test_a_connector_update_that_stops_capture_is_rolled_back(it_env, monkeypatch, capsys):
+    """The safety net under the preflight: a connector configuration Kafka Connect takes and
+    Debezium then cannot run (an unlogged table, which the preflight refuses, handed to the
+    connector step directly) leaves the connector as it was, and its tables flow on."""
+    from cdc.config.loader import load_tables
+    from cdc.errors import ConnectorError
+    from cdc.register import registrar
+    from cdc.register.connector import ConnectClient, connector_name
+
+    env, s = it_env, it_env.schema
+    tables = env.settings.path(env.settings.tables_dir)
+    env.sql(f'CREATE TABLE "{s}".steady (id int PRIMARY KEY, v text)')
+    env.sql(f'INSERT INTO "{s}".steady VALUES (1, \'one\')')
+    assert env.cdc("register", "--table", env.register_table("steady")) == 0
+    env.replicate("steady")
+    env.sql(f'CREATE UNLOGGED TABLE "{s}".scratch (id int PRIMARY KEY, v text)')
+    env.sql(f'INSERT INTO "{s}".scratch VALUES (1, \'lost\')')
+    client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    before = client.config(connector)
+    env.register_table("scratch")
+    try:
+        for args in (("--dry-run",), ()):
+            capsys.readouterr()
+            assert env.cdc("register", *args, "--table", f"{s}.scratch") == 2
+            assert f"{s}.scratch is an unlogged table" in capsys.readouterr().err
+        assert client.config(connector) == before
+
+        monkeypatch.setattr(registrar, "CAPTURE_CHECK_S", 30.0)
+        selected = registrar.captured(env.settings, client, env.source, load_tables(env.settings, f"{s}.scratch"))
+        try:
+            registrar._register_source(env.settings, client, env.source, selected, wait_snapshot=True)
+        except ConnectorError as e:
+            refused = str(e)
+        else:
+            raise AssertionError("the connector took an unlogged table")
+        assert "its previous configuration is back" in refused, refused
+        assert 'cannot add relation "scratch" to publication' in refused, refused
+        assert client.config(connector) == before
+    finally:
+        (tables / f"{s}.scratch.yaml").unlink()
+    env.replicate("steady", env.transaction(f'UPDATE "{s}".steady SET v = \'flowing\''))
+    assert env.assert_equal("steady") == 1
+
+
 def test_a_column_that_lived_between_two_runs_keeps_its_values(it_env):
     """Added at the source and dropped again before the job ran: its values, carried by the
     change events of its lifetime, reach the target (every record's schema counts, not only
