@@ -267,8 +267,10 @@ class TableApplier:
     def _apply(self, spark, table, batch: DataFrame, events: DataFrame, summary: dict | None,
                committed: dict[int, int], planned_end: dict[int, int], batch_id: int) -> None:
         toast = tuple(c.name for c in toastable(self.columns, self.key))
+        bucketing = self._bucketing(table)
         with self.timer.step("decode"):
             stats = events.groupBy("_partition").agg(
+                *([F.collect_set(F.expr(bucketing[1])).alias("buckets")] if bucketing else []),
                 *(unchanged.stats_columns(toast) if toast else []),
                 F.min("_offset").alias("first"), F.max("_offset").alias("last"),
                 F.max("_position").alias("position"),
@@ -305,6 +307,10 @@ class TableApplier:
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             self._forget_deletes(spark)
         names = tuple(c.name for c in self.columns)
+        buckets = None  # a small batch names its keys' buckets (a superset: dead letters, deletes, tombstones)
+        if bucketing and sum(s.records for s in stats) <= SMALL_BATCH_RECORDS:
+            found = tuple(sorted({b for s in stats for b in s.buckets}))
+            buckets = (bucketing[0], found) if found else None
         truncates = sorted({(t.position, t.ms) for s in stats for t in s.truncates if t.position})
         data = events.where(~F.col("_op").isin("t", NON_DATA))
         persisted: list[DataFrame] = []
@@ -319,14 +325,15 @@ class TableApplier:
                     if lower:
                         segment = segment.where(F.col("_position") > lower)
                     self._apply_changes(spark, table, batch, segment, stats, props, names, toast, persisted,
-                                        batch_id, final=False)
+                                        batch_id, buckets, final=False)
                     self._truncate(spark, table, position, at_ms)
                     lower = position
             elif truncates:  # upsert: what precedes the last truncate is gone
                 self._truncate(spark, table, *truncates[-1])
             if truncates:
                 data = data.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncates[-1][0]))
-            self._apply_changes(spark, table, batch, data, stats, props, names, toast, persisted, batch_id)
+            self._apply_changes(spark, table, batch, data, stats, props, names, toast, persisted, batch_id,
+                                buckets)
         finally:
             for df in persisted:
                 df.unpersist()
@@ -343,9 +350,10 @@ class TableApplier:
 
     def _apply_changes(self, spark, table, batch: DataFrame, events: DataFrame, stats: list, props: dict,
                        names: tuple[str, ...], toast: tuple[str, ...], persisted: list, batch_id: int,
-                       final: bool = True) -> None:
+                       buckets: tuple[str, tuple[int, ...]] | None, final: bool = True) -> None:
         """The batch's changes (or, `final` false, those before one of its truncates) in one
-        commit; only the final commit carries the batch's offsets and identity."""
+        commit; only the final commit carries the batch's offsets and identity. `buckets`: see
+        merge_sql."""
         remembered = self._remembered_deletes(spark)
         moved = None
         if toast and unchanged.needs_resolution(stats):
@@ -376,7 +384,6 @@ class TableApplier:
                 events.withColumn("_moved", F.lit(None).cast("string")).createOrReplaceTempView(deletes)
             else:
                 events.join(moved, ["_partition", "_offset"], "left").createOrReplaceTempView(deletes)
-        buckets = self._key_buckets(table, changes, stats)
         before = self._commit(spark, table, view, deletes, props if final else None, toast, batch_id, buckets)
         table.refresh()
         if not final:
@@ -386,20 +393,16 @@ class TableApplier:
         crash_point("after-commit")
         self._log_applied(stats, batch_id)
 
-    def _key_buckets(self, table, changes: DataFrame, stats: list) -> tuple[str, tuple[int, ...]] | None:
-        """For a small batch into a large target, the target's key bucket and the buckets of
-        the batch's keys (one small aggregation): its MERGE then moves only the target's rows
-        that can match, not the whole table."""
-        if (self.mode == "history" or sum(s.records for s in stats) > SMALL_BATCH_RECORDS
-                or table.stored_bytes() < self.buckets_from_bytes):
+    def _bucketing(self, table) -> tuple[str, str] | None:
+        """(the target's key bucket, the events' key bucket) when a small batch into this
+        target names its keys' buckets in the MERGE, which then moves only the target's rows
+        that can match, not the whole table; the events' buckets come with the batch's stats."""
+        if self.mode == "history" or table.stored_bytes() < self.buckets_from_bytes:
             return None
         by_name = {c.name: c for c in self.columns}
         types = {k: by_name[k].spark_type for k in self.key}
         target = key_bucket(types, "t")
-        if target is None:
-            return None
-        found = changes.select(F.expr(key_bucket(types)).alias("b")).distinct().collect()
-        return (target, tuple(sorted(r["b"] for r in found))) if found else None
+        return None if target is None else (target, key_bucket(types))
 
     def _stored(self, spark, table, toast: tuple[str, ...]) -> DataFrame:
         """The target's rows as the key-change lookup reads them (planning/unchanged.py), as of
