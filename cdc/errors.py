@@ -54,3 +54,18 @@ class CheckFailed(CdcError):
     """A check found a difference (reconciliation drift)."""
 
     exit_code = 1
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM interrupted a command: no failure of cdc, so outside the CdcError
+    tree, and a BaseException, which no `except Exception` of a retry loop takes for a
+    failure (not a KeyboardInterrupt either: py4j logs those with a traceback). The
+    command line exits 128 + the signal's number (130 SIGINT, 143 SIGTERM)."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.signal = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {self.signal}")

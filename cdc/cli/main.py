@@ -1,5 +1,6 @@
 """The `cdc` command line. Exit codes: 0 success, 1 a check found a difference,
-2 bad usage or configuration, 3 any other failure."""
+2 bad usage or configuration, 3 any other failure, 130/143 interrupted by SIGINT/SIGTERM
+(a continuous `cdc run` stops on either and exits 0)."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,8 @@ import time
 
 from cdc.config import load_settings, load_tables
 from cdc.config.models import SINKS
-from cdc.errors import CdcError
+from cdc.errors import CdcError, Interrupted
+from cdc.jobs import shutdown
 from cdc.report.log import FORMATS, log, set_format
 
 
@@ -299,9 +301,20 @@ def main(argv: list[str] | None = None) -> int:
         print("cdc: --purge goes with `stack down`, --json with `stack status`", file=sys.stderr)
         return 2
     try:
-        return args.func(args)
+        with shutdown.handled():
+            try:
+                return args.func(args)
+            finally:
+                if shutdown.received():  # stopped, or being interrupted: Spark goes before this process
+                    from cdc.jobs.session import stop_spark
+
+                    stop_spark()
     except CdcError as e:
         log(f"cdc: error: {e}", level="error", event="error", error=e.message, hint=e.hint, exit_code=e.exit_code)
+        return e.exit_code
+    except Interrupted as e:
+        log(f"cdc {args.command}: interrupted by {e.signal}; what it committed is kept (run it again to finish)",
+            level="warning", event="interrupted", signal=e.signal, exit_code=e.exit_code)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

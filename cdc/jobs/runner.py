@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ from cdc.control.gaps import check_offsets_available
 from cdc.control.replay import check_start, window as replay_window
 from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError
+from cdc.jobs import shutdown
 from cdc.jobs.failures import diagnose
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.session import get_session
@@ -124,7 +124,8 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            kafka_bootstrap=settings.kafka_bootstrap, mode=reg.mode, excluded=reg.exclude,
                            masked=reg.mask, mask_key=target.mask_key,
                            format_version=settings.catalog.format_version).prepare(spark)
-    writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(applier)
+    gate = _gates[reg.name] = BatchGate(applier)
+    writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(gate)
               .option("checkpointLocation", str(checkpoint)))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=f"{int(reg.options.trigger_interval_s * 1000)} milliseconds"))
@@ -135,6 +136,40 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
         return writer.start()
     finally:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+
+
+class BatchGate:
+    """A query's foreachBatch function around its applier. `close` lets the batch being
+    applied finish and refuses those after it, so a query stops between two batches: Spark's
+    own stop interrupts the query's thread, and with it a MERGE or a commit under way."""
+
+    def __init__(self, apply):
+        self.apply = apply
+        self.lock = threading.Lock()  # held while a batch is applied
+        self.closed = False
+
+    def __call__(self, df, batch_id: int) -> None:
+        with self.lock:
+            if self.closed:  # the query fails without committing it: the next start applies it
+                raise ApplyError(f"batch {batch_id} not applied: the job is stopping")
+            self.apply(df, batch_id)
+
+    def close(self) -> None:
+        self.closed = True
+        with self.lock:  # the batch under way, if any, has committed or failed
+            pass
+
+
+_gates: dict[str, BatchGate] = {}  # a table's query (by its name) -> its gate
+
+
+def stop_query(name: str, query) -> None:
+    """Stop table `name`'s query between two batches: the batch under way commits first."""
+    gate = _gates.pop(name, None)
+    if gate is not None:
+        gate.close()
+    if query.isActive:
+        query.stop()
 
 
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
@@ -192,6 +227,8 @@ def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
         query.awaitTermination()
     except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
         raise diagnose(settings, reg, reg.name, e) from None
+    finally:
+        stop_query(reg.name, query)  # interrupted: the batch under way commits first
     shutil.rmtree(checkpoint, ignore_errors=True)
     log(f"replayed up to the end of {target.topic}", table=reg.name, event="replayed", stream=sys.stdout)
 
@@ -271,10 +308,11 @@ class Supervisor:
     (the other tables go on)."""
 
     def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
-                 clock=time.monotonic, sleep=time.sleep):
+                 clock=time.monotonic, sleep=None):
         self.spark, self.settings, self.available_now = spark, settings, available_now
         self.tables = {t.name: t for t in tables}
-        self.clock, self.sleep = clock, sleep
+        self.clock, self.sleep = clock, sleep or self.pause
+        self.stopping = False  # a stop signal came (run_until_stopped): no new starts, no more waiting
         self.queries: dict = {}
         self.failing_since: dict[str, float] = {}
         self.delay: dict[str, float] = {}
@@ -307,8 +345,19 @@ class Supervisor:
         self.failing_since.pop(name, None)
         self.delay.pop(name, None)
 
+    def pause(self, seconds: float) -> None:
+        """Sleep, but no longer once a stop is requested."""
+        end = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < end:
+            time.sleep(min(0.5, end - time.monotonic()))
+
+    def request_stop(self) -> None:
+        """The stop signal's handler (jobs/shutdown.py): a flag the main loop reads; nothing
+        that takes a lock the interrupted main thread might hold."""
+        self.stopping = True
+
     def start(self, name: str):
-        while True:
+        while not self.stopping:
             try:
                 query = start_query(self.spark.newSession(), self.settings, self.tables[name], self.available_now)
                 jobstate.record(self.settings.state_dir, name, jobstate.RUNNING)
@@ -335,8 +384,8 @@ class Supervisor:
         self.failed[name] = error
         self.retry_at[name] = self.clock() + FAILED_RETRY_S
         query = self.queries.pop(name, None)
-        if query is not None and query.isActive:
-            query.stop()
+        if query is not None:
+            stop_query(name, query)
         jobstate.record(self.settings.state_dir, name, jobstate.FAILED, error.message)
         others = len(self.tables) - len(self.failed)
         log(f"failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else ""), table=name,
@@ -388,29 +437,33 @@ class Supervisor:
         self.outcome()
 
     def run_until_stopped(self) -> None:
-        """Until SIGTERM/SIGINT (the queries stop; a batch cut short is not committed and
-        runs again on the next start), or until every table has failed. A failing table is
-        retried with backoff, then given up and tried again every FAILED_RETRY_S while the
-        others go on; failed tables make the job exit non-zero when it stops."""
-        for name in self.tables:
-            self.start_or_fail(name)
-        stop = threading.Event()
-        threading.Thread(target=watch_lag, args=(self.settings, list(self.tables.values()), stop), daemon=True,
-                         name="cdc-lag").start()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            while not stop.is_set() and len(self.failed) < len(self.tables):
-                self.poll()
-            if not stop.is_set():
-                log("every table has failed: stopping", event="stopping", level="error")
-            else:
-                log("stop requested: stopping the queries", event="stopping", stream=sys.stdout)
-            for name in self.queries:
-                jobstate.record(self.settings.state_dir, name, jobstate.STOPPED)
-        finally:
-            stop.set()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        """Until SIGTERM/SIGINT, or until every table has failed. A failing table is retried
+        with backoff, then given up and tried again every FAILED_RETRY_S while the others go
+        on; failed tables make the job exit non-zero when it stops. The first signal stops
+        the queries between batches: the batch under way commits, none starts after it."""
+        lag_stop = threading.Event()
+        with shutdown.graceful(self.request_stop):
+            try:
+                for name in self.tables:
+                    if not self.stopping:
+                        self.start_or_fail(name)
+                threading.Thread(target=watch_lag, args=(self.settings, list(self.tables.values()), lag_stop),
+                                 daemon=True, name="cdc-lag").start()
+                while not self.stopping and len(self.failed) < len(self.tables):
+                    self.poll()
+                if self.stopping:
+                    log("stop requested: stopping the queries", event="stopping", stream=sys.stdout)
+                else:
+                    log("every table has failed: stopping", event="stopping", level="error")
+                stopped = sorted(self.queries)
+                self.stop()
+                for name in stopped:
+                    jobstate.record(self.settings.state_dir, name, jobstate.STOPPED)
+            finally:
+                lag_stop.set()
+        if self.stopping:
+            log(f"cdc run: stopped by {shutdown.received() or 'request'}; {len(stopped)} table(s) stopped, "
+                f"last commits kept", event="stopped", stream=sys.stdout, signal=shutdown.received(), tables=stopped)
         self.outcome()
 
     def poll(self) -> None:
@@ -434,9 +487,8 @@ class Supervisor:
             self.start_or_fail(name)
 
     def stop(self) -> None:
-        for q in self.queries.values():
-            if q.isActive:
-                q.stop()
+        for name, q in self.queries.items():
+            stop_query(name, q)
 
 
 def run(settings: Settings, tables: list[TableRegistration], available_now: bool) -> None:

@@ -1,10 +1,18 @@
 """The SparkSession: local[2] by default, jars from the pinned cache (never Ivy), the
 Iceberg catalog under the configured name, UTC. Under `spark-submit` (cdc/jobs/submit.py)
-what spark-submit was given wins: its master, its jars, its --conf."""
+what spark-submit was given wins: its master, its jars, its --conf.
+
+Otherwise the driver JVM is this process's child in a session of its own: a signal to
+this process's group (Ctrl-C, systemd, Kubernetes) reaches only the Python driver, which
+stops Spark in order (jobs/shutdown.py, `stop_spark`). The JVM exits when its standard
+input closes, so it never outlives this process, however this process ends."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from cdc.config.models import Settings
@@ -87,9 +95,65 @@ def get_session(settings: Settings, app_name: str = "cdc"):
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     if settings.spark.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = session_conf(settings, app_name, submitted_conf())
+    launch_jvm(conf)
     builder = SparkSession.builder
-    for k, v in session_conf(settings, app_name, submitted_conf()).items():
+    for k, v in conf.items():
         builder = builder.config(k, v)
+    on_sigint = signal.getsignal(signal.SIGINT)
     spark = builder.getOrCreate()
+    if threading.current_thread() is threading.main_thread() and on_sigint is not None:
+        signal.signal(signal.SIGINT, on_sigint)  # a new SparkContext sets its own; cdc's (jobs/shutdown.py) stays
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+_launched: dict[str, subprocess.Popen] = {}  # "jvm": the driver JVM this process started
+
+
+def launch_jvm(conf: dict[str, str]) -> None:
+    """Start the driver JVM with `conf` in a session of its own, unless one is up already
+    or spark-submit started this process (its JVM is this process's parent)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    # PySpark adds a stdin pipe (the JVM's PythonGatewayServer exits at its end of file)
+    # and makes the JVM ignore SIGINT; the new session keeps SIGTERM to the group away too.
+    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(conf.items()),
+                             popen_kwargs={"start_new_session": True})
+    _launched["jvm"] = gateway.__dict__["proc"]  # not getattr: a JavaGateway looks unknown names up in the JVM
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def stop_spark(timeout_s: float = 60) -> None:
+    """Stop the SparkContext (its jobs cancelled), then the driver JVM this process started,
+    and wait for both: after a stop signal, before the process exits."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    def stop() -> None:
+        sc = SparkContext._active_spark_context
+        try:
+            if sc is not None:
+                sc.cancelAllJobs()
+                sc.stop()
+        except BaseException:  # noqa: BLE001 - the JVM is stopped below all the same
+            pass
+
+    # Its own thread, with its own py4j connection: an interrupted main thread's may be mid-call.
+    stopping = threading.Thread(target=stop, name="cdc-stop-spark", daemon=True)
+    stopping.start()
+    stopping.join(timeout_s)
+    jvm = _launched.pop("jvm", None)
+    if jvm is None:
+        return
+    SparkContext._gateway = SparkContext._jvm = None  # a later session would start a JVM anew
+    jvm.stdin.close()
+    try:
+        jvm.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        jvm.kill()
+        jvm.wait()
