@@ -47,12 +47,19 @@ def schema_head() -> SparkColumn:
             .otherwise(F.regexp_extract(text, SCHEMA_HEAD, 1)))
 
 
-def value_schemas(batch: DataFrame) -> list[str]:
-    """The distinct schema parts (`schema_head`) of a batch's values, oldest first (by the
-    last offset each appears at)."""
+def schema_fingerprint() -> SparkColumn:
+    """A record value's schema part as a 64-bit hash (null for a tombstone): the decode pass
+    collects them, so a batch whose schemas were all seen before is read once."""
+    return F.when(F.col("value").isNotNull(), F.xxhash64(schema_head()))
+
+
+def value_schemas(batch: DataFrame) -> list[tuple[int, str]]:
+    """The distinct schema parts (`schema_head`) of a batch's values with their fingerprints,
+    oldest first (by the last offset each appears at)."""
     found = (batch.where(F.col("value").isNotNull()).groupBy(schema_head().alias("schema"))
-             .agg(F.max("offset").alias("last")).collect())
-    return [r["schema"] for r in sorted(found, key=lambda r: r["last"])]
+             .agg(F.max("offset").alias("last")).select("schema", "last", F.xxhash64("schema").alias("fingerprint"))
+             .collect())
+    return [(r["fingerprint"], r["schema"]) for r in sorted(found, key=lambda r: r["last"])]
 
 
 def refusal(by: SparkColumn, refused: dict) -> SparkColumn | None:
@@ -105,9 +112,11 @@ def _header(name: str) -> SparkColumn:
 
 
 def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
-           refused: SparkColumn | None = None) -> DataFrame:
+           refused: SparkColumn | None = None, schema: SparkColumn | None = None) -> DataFrame:
     """`refused`: over `raw`, why a record's schema is one the target cannot take (`refusal`),
-    null when it can: such records are bad (`schema-refused`)."""
+    null when it can: such records are bad (`schema-refused`). `schema`: over `raw`, the
+    record's schema (`schema_fingerprint`), kept as `_schema`."""
+    kept = [schema.alias("_schema")] if schema is not None else []
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     headers = "headers" in raw.columns
@@ -118,7 +127,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
         (_header(NEW_KEY).isNotNull() if headers else F.lit(False)).alias("_new_key"),
-        (refused if refused is not None else F.lit(None).cast("string")).alias("_refused"),
+        (refused if refused is not None else F.lit(None).cast("string")).alias("_refused"), *kept,
     )
     # Only a record without a typed op is read again, loosely, every field as text: an
     # envelope whose values do not fit still has an op; heartbeats, transaction markers and
@@ -191,7 +200,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
-        error.alias("_error"), error_class.alias("_error_class"),
+        error.alias("_error"), error_class.alias("_error_class"), *[F.col("_schema") for _ in kept],
     )
     # Wire values into target types (dates, timestamps, bytes); a changed row with a value
     # that has no exact target value (a decimal NaN, overflow or extra digits) is bad.

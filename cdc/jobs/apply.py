@@ -18,7 +18,7 @@ from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
 from cdc.decoding.envelope import row_fields
-from cdc.decoding.spark_decode import NON_DATA, decode, refusal, schema_head, value_schemas
+from cdc.decoding.spark_decode import NON_DATA, decode, refusal, schema_fingerprint, value_schemas
 from cdc.errors import ApplyError
 from cdc.planning import dead_letters
 from cdc.planning.dedupe import last_per_key
@@ -85,6 +85,11 @@ class BatchTimer:
         return f"{self.elapsed():.2f}s ({steps})"
 
 
+class UnseenSchema(Exception):
+    """A batch decoded with the schemas seen before holds another: it is judged, and the
+    batch decoded again (never raised past TableApplier)."""
+
+
 @dataclass
 class TableApplier:
     """The foreachBatch function of one table's query. Its SparkSession is the table's
@@ -116,6 +121,9 @@ class TableApplier:
     format_version: int = 3  # an Iceberg target's format is raised to it (CatalogSettings.format_version)
     buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
+    # JSON record schemas judged by an earlier batch (their fingerprints, with why the target
+    # refuses one, or None): a batch holding only those is decoded without a scan for them.
+    schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
 
     def prepare(self, spark) -> "TableApplier":
         """Raise an Iceberg target to the configured format, create the table's delete memory
@@ -151,14 +159,28 @@ class TableApplier:
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
+        if self.registry is None and self.schemas:
+            try:
+                return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
+            except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
+                pass
         with self.timer.step("schema"):
             refused = self._evolve(spark, table, batch)
+        self._decode_and_apply(spark, table, batch, summary, committed, batch_id, refused)
+
+    def _decode_and_apply(self, spark, table, batch: DataFrame, summary: dict | None, committed: dict[int, int],
+                          batch_id: int, refused: dict | None) -> None:
+        """Decode and apply the batch: with `refused` (what `_evolve` found), after its
+        schemas were judged; with None, trusting that every schema of the batch was seen
+        before (`schemas`), which raises UnseenSchema, before anything is written, if not."""
         if self.registry is None:
-            envelopes, refusals = batch, refusal(schema_head(), refused)
+            known = refused if refused is not None else {k: v for k, v in self.schemas.items() if v}
+            envelopes, refusals = batch, refusal(schema_fingerprint(), known)
         else:
             envelopes = avro.to_json_envelopes(batch, self.registry, refused)
             refusals = refusal(F.col(avro.VALUE_SCHEMA_ID), refused)
-        events = decode(envelopes, self.columns, self.key, self.source_kind, refusals)
+        events = decode(envelopes, self.columns, self.key, self.source_kind, refusals,
+                        schema_fingerprint() if self.registry is None and refused is None else None)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = mask_columns(events, self.masked, self.mask_key)  # before anything is written
@@ -179,12 +201,19 @@ class TableApplier:
         if self.registry is not None:
             found = [(sid, avro.row_fields(text)) for sid, text in avro.value_schemas(batch, self.registry)]
         else:
-            found = [(head, row_fields(head + "}")) for head in value_schemas(batch)]
+            found = [(fingerprint, row_fields(head + "}")) for fingerprint, head in value_schemas(batch)]
         refused: dict = {}
         for schema, fields in found:
             if reason := self._untakeable([f["field"] for f in fields]):
                 refused[schema] = reason
-        schemas = [fields for schema, fields in found if schema not in refused]
+        self._add_columns(spark, table, [fields for schema, fields in found if schema not in refused])
+        if self.registry is None:  # judged, and the target has their columns
+            self.schemas.update({schema: refused.get(schema) for schema, _ in found})
+        return refused
+
+    def _add_columns(self, spark, table, schemas: list[list[dict]]) -> None:
+        """The columns of the batch's takeable record schemas (oldest first) added to the
+        target, widenings applied; a narrowing raises (planning/schema.py)."""
         known = {c.name for c in self.columns}
 
         def columns_of(fields: list[dict]) -> list[Column]:
@@ -203,7 +232,7 @@ class TableApplier:
         evolution = evolve(self.name, self.columns, columns_of(schemas[-1]) if schemas else [], self.key, older)
         missing = [c for c in evolution.columns if not table.has_column(c.name)]
         if not evolution.changed and not missing:
-            return refused
+            return
         last = [c.name for c in self.columns][-1]
         for c in missing:  # added after the last source column, before the _cdc_ columns
             kind = "STRING" if c.name in self.masked else c.spark_type
@@ -218,7 +247,6 @@ class TableApplier:
         log(f"schema evolved: added {[c.name for c in missing]}, widened "
             f"{[f'{c.name} to {c.spark_type}' for c in evolution.widened]}", table=self.name, event="schema-evolved",
             added=[c.name for c in missing], widened={c.name: c.spark_type for c in evolution.widened})
-        return refused
 
     def _untakeable(self, names: list[str]) -> str | None:
         """Why the target cannot take a record schema's columns (None: it can)."""
@@ -270,6 +298,7 @@ class TableApplier:
         bucketing = self._bucketing(table)
         with self.timer.step("decode"):
             stats = events.groupBy("_partition").agg(
+                *([F.collect_set("_schema").alias("schemas")] if "_schema" in events.columns else []),
                 *([F.collect_set(F.expr(bucketing[1])).alias("buckets")] if bucketing else []),
                 *(unchanged.stats_columns(toast) if toast else []),
                 F.min("_offset").alias("first"), F.max("_offset").alias("last"),
@@ -281,6 +310,9 @@ class TableApplier:
                 .alias("truncates"),
                 F.sum((F.col("_op") == "d").cast("int")).alias("deletes"), F.count("*").alias("records"),
             ).collect()
+        if "_schema" in events.columns and {f for s in stats for f in s.schemas} - self.schemas.keys():
+            raise UnseenSchema(self.name)
+        events = events.drop("_schema")
         if not stats:
             # Nothing new (a re-run batch the table holds, or offsets without records): record
             # the planned end so the table's offsets keep up with the checkpoint's.

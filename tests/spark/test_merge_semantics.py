@@ -483,3 +483,29 @@ def test_records_the_target_cannot_take_are_dead_letters_and_the_rest_applies(h)
     assert "'_CDC_OP' with the prefix reserved" in dead[1]["error_message"]
     assert "disagree on key column(s) id" in dead[2]["error_message"]
     assert "V" not in {c.lower() for c in h.rows()[1]} - {"v"}  # the target gained no twin column
+
+
+def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(h):
+    """A batch whose record schemas were all judged by an earlier batch is decoded at once,
+    without a scan for its schemas (no `schema` step); one seen as refused still makes dead
+    letters, and a batch bringing a new schema (a column added) is judged like the first."""
+    twin = [("id", "int32"), ("v", "string"), ("V", "string")]
+    h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    h.topic.raw(*envelope_with_schema({"id": 2, "v": "b", "V": "twin"}, twin, 115))
+    h.apply()
+    assert "schema" in h.applier.timer.steps
+    h.topic.change("u", {"id": 1, "v": "b", "n": 2}, 120, 130)
+    h.topic.raw(*envelope_with_schema({"id": 3, "v": "c", "V": "twin"}, twin, 135))
+    h.apply()
+    assert "schema" not in h.applier.timer.steps
+    assert h.values() == {1: "b"}
+    assert [(d["offset"], d["error_class"]) for d in sorted(h.dead_letters(), key=lambda d: d["offset"])] == [
+        (1, "schema-refused"), (3, "schema-refused")]
+    h.topic.raw(*envelope_with_schema({"id": 4, "v": "d", "extra": "new"},
+                                      [("id", "int32"), ("v", "string"), ("extra", "string")], 140))
+    h.topic.change("u", {"id": 1, "v": "e", "n": 3}, 150, 160)
+    h.apply()
+    assert "schema" in h.applier.timer.steps
+    rows = h.rows()
+    assert {k: (r["v"], r["extra"]) for k, r in rows.items()} == {1: ("e", None), 4: ("d", "new")}
+    assert len(h.dead_letters()) == 2
