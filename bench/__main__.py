@@ -11,7 +11,8 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
 
 - apply: `apply_events_per_s` (`cdc run --available-now` over a backlog into an existing
   table), `append_limit_events_per_s` (the same job appending instead of merging),
-  `apply_vs_limit`; the same change batch into a `small` and a `big` table,
+  `apply_vs_limit`; `apply_warm_events_per_s`, a second backlog into a table whose record
+  schemas were judged (as every batch of a running job after its first); the same change batch into a `small` and a `big` table,
   `merge_scaling_10m_vs_1m` (0.1M and 1M rows with --quick, 1M and 10M without);
   `small_batch_s`, a batch of 1,000 changes into the big table (its fixed cost), and
   `small_batch_run_s`, the whole `cdc run --available-now` around it.

@@ -84,9 +84,16 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     # MERGE and the commit, after reading and decoding) are what the peers are measured against.
     merge_s = metrics.step_seconds(small.name) if apply_s <= small_s else metrics.step_seconds(again.name)
     apply_s = min(apply_s, small_s)
+    # A second backlog into that table: what every batch of a running job after its first
+    # costs (its record schemas judged, the batch is read from Kafka once).
+    warm = Events(key_doc, value_doc)
+    warm.lsn += 8 * (n + 1)  # positions after those of the first backlog
+    produce(settings, again_topic, changes(warm, sizes["small"], n, seed=8))
+    warm_s = timed(lambda: run(settings, [again], available_now=True))
+    print(f"apply, schemas judged before: {n:,} events in {warm_s:.1f}s, {n / warm_s:,.0f} events/s", flush=True)
     figures = {
         "apply_events_per_s": round(n / apply_s), "append_limit_events_per_s": round(n / limit_s),
-        "apply_vs_limit": round(limit_s / apply_s, 3),
+        "apply_vs_limit": round(limit_s / apply_s, 3), "apply_warm_events_per_s": round(n / warm_s),
         "merge_small_s": round(small_s, 2), "cdc_apply_steps_s": round(merge_s, 2), "merge_big_s": round(big_s, 2),
         "merge_scaling_10m_vs_1m": round(big_s / small_s, 3), **small_batch,
     }

@@ -32,13 +32,14 @@ from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.report import metrics
 from cdc.report.log import log
-from cdc.sinks.iceberg import PROP_COLUMNS
+from cdc.sinks.iceberg import PROP_COLUMNS, PROP_SCHEMAS
 from cdc.sinks.targets import TABLE_CLAUSES, format_of, open_table
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
+KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
              "io.delta.exceptions.Concurrent")
@@ -121,17 +122,19 @@ class TableApplier:
     format_version: int = 3  # an Iceberg target's format is raised to it (CatalogSettings.format_version)
     buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
-    # JSON record schemas judged by an earlier batch (their fingerprints, with why the target
-    # refuses one, or None): a batch holding only those is decoded without a scan for them.
+    # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
+    # or None; kept in its properties): a batch holding only those is decoded without a scan.
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
 
     def prepare(self, spark) -> "TableApplier":
-        """Raise an Iceberg target to the configured format, create the table's delete memory
-        if missing and drop entries past the horizon."""
+        """Raise an Iceberg target to the configured format, read the record schemas judged for
+        it, create the table's delete memory if missing and drop entries past the horizon."""
         by_name = {c.name: c for c in self.columns}
         clause = TABLE_CLAUSES[format_of(self.target_ref)]
-        if format_of(self.target_ref) == "iceberg" and \
-                open_table(spark, self.target_ref).raise_format_version(self.format_version):
+        target = open_table(spark, self.target_ref)
+        if self.registry is None:
+            self.schemas = {int(k): v for k, v in json.loads(target.properties().get(PROP_SCHEMAS) or "{}").items()}
+        if format_of(self.target_ref) == "iceberg" and target.raise_format_version(self.format_version):
             log(f"target raised to Iceberg format version {self.format_version}", table=self.name,
                 event="format-raised", format_version=self.format_version)
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
@@ -207,8 +210,10 @@ class TableApplier:
             if reason := self._untakeable([f["field"] for f in fields]):
                 refused[schema] = reason
         self._add_columns(spark, table, [fields for schema, fields in found if schema not in refused])
-        if self.registry is None:  # judged, and the target has their columns
-            self.schemas.update({schema: refused.get(schema) for schema, _ in found})
+        judged = {schema: refused.get(schema) for schema, _ in found}
+        if self.registry is None and judged.keys() - self.schemas.keys():  # the target has their columns now
+            self.schemas = dict(list({**self.schemas, **judged}.items())[-KEEP_SCHEMAS:])
+            table.set_properties({PROP_SCHEMAS: json.dumps({str(k): v for k, v in self.schemas.items()})})
         return refused
 
     def _add_columns(self, spark, table, schemas: list[list[dict]]) -> None:

@@ -3,6 +3,7 @@ apply step into an Iceberg table (read back with pyiceberg) or a Delta table (re
 with delta-rs): the suite runs against both sinks."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -488,7 +489,8 @@ def test_records_the_target_cannot_take_are_dead_letters_and_the_rest_applies(h)
 def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(h):
     """A batch whose record schemas were all judged by an earlier batch is decoded at once,
     without a scan for its schemas (no `schema` step); one seen as refused still makes dead
-    letters, and a batch bringing a new schema (a column added) is judged like the first."""
+    letters, a batch bringing a new schema (a column added) is judged like the first, and
+    the judged schemas are kept in the target's properties for the next process."""
     twin = [("id", "int32"), ("v", "string"), ("V", "string")]
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.topic.raw(*envelope_with_schema({"id": 2, "v": "b", "V": "twin"}, twin, 115))
@@ -509,3 +511,8 @@ def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(
     rows = h.rows()
     assert {k: (r["v"], r["extra"]) for k, r in rows.items()} == {1: ("e", None), 4: ("d", "new")}
     assert len(h.dead_letters()) == 2
+    # A new process's applier reads the judged schemas from the target: no scan either.
+    h.applier = dataclasses.replace(h.applier, schemas={}).prepare(h.spark)
+    h.topic.change("u", {"id": 1, "v": "f", "n": 4}, 170, 180)
+    h.apply()
+    assert "schema" not in h.applier.timer.steps and h.values() == {1: "f", 4: "d"}
