@@ -11,6 +11,7 @@ JOB = "cdc.job"
 POSITION = "cdc.position"  # highest source position applied so far
 SOURCE_TS = "cdc.source-ts-ms"  # source commit time of that position
 TOPIC_ID = "cdc.topic-id"  # Kafka's id of the topic the offsets belong to
+RECORD_SCHEMAS = "cdc.record-schemas"  # the JSON record schemas judged for the table (jobs/apply.py)
 
 
 def parse_offsets(summary: dict | None) -> dict[str, dict[int, int]]:

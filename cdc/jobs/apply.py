@@ -32,7 +32,7 @@ from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.report import metrics
 from cdc.report.log import log
-from cdc.sinks.iceberg import PROP_COLUMNS, PROP_SCHEMAS
+from cdc.sinks.iceberg import PROP_COLUMNS
 from cdc.sinks.targets import TABLE_CLAUSES, format_of, open_table
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
@@ -123,17 +123,19 @@ class TableApplier:
     buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
-    # or None; kept in its properties): a batch holding only those is decoded without a scan.
+    # or None; in each batch's commit summary, so the next process has them): a batch holding
+    # only those is decoded without a scan.
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
 
     def prepare(self, spark) -> "TableApplier":
         """Raise an Iceberg target to the configured format, read the record schemas judged for
-        it, create the table's delete memory if missing and drop entries past the horizon."""
+        it (from its last commit), create the table's delete memory if missing and drop entries past the horizon."""
         by_name = {c.name: c for c in self.columns}
         clause = TABLE_CLAUSES[format_of(self.target_ref)]
         target = open_table(spark, self.target_ref)
         if self.registry is None:
-            self.schemas = {int(k): v for k, v in json.loads(target.properties().get(PROP_SCHEMAS) or "{}").items()}
+            kept = (target.last_committed_summary() or {}).get(commits.RECORD_SCHEMAS) or "{}"
+            self.schemas = {int(k): v for k, v in json.loads(kept).items()}
         if format_of(self.target_ref) == "iceberg" and target.raise_format_version(self.format_version):
             log(f"target raised to Iceberg format version {self.format_version}", table=self.name,
                 event="format-raised", format_version=self.format_version)
@@ -213,7 +215,6 @@ class TableApplier:
         judged = {schema: refused.get(schema) for schema, _ in found}
         if self.registry is None and judged.keys() - self.schemas.keys():  # the target has their columns now
             self.schemas = dict(list({**self.schemas, **judged}.items())[-KEEP_SCHEMAS:])
-            table.set_properties({PROP_SCHEMAS: json.dumps({str(k): v for k, v in self.schemas.items()})})
         return refused
 
     def _add_columns(self, spark, table, schemas: list[list[dict]]) -> None:
@@ -340,6 +341,8 @@ class TableApplier:
         props = commits.summary_properties(self.topic, offsets, batch_id,
                                            self.job, max(positions) if positions else None,
                                            max(ts) if ts else None, summary, self.topic_id)
+        if self.registry is None and self.schemas:
+            props[commits.RECORD_SCHEMAS] = json.dumps({str(k): v for k, v in self.schemas.items()})
         crash_point("before-merge")
         if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
             self._forget_deletes(spark)

@@ -56,7 +56,6 @@ PROP_KEY = "cdc.key"
 PROP_TOPIC = "cdc.topic"
 PROP_OWNER = "cdc.registration"  # the registration that created the target: the only one that writes it
 PROP_SNAPSHOT = "cdc.source-snapshot"  # how the target's existing rows were captured
-PROP_SCHEMAS = "cdc.record-schemas"  # fingerprints of the record schemas judged for the target (jobs/apply.py)
 
 TABLE_PROPERTIES = {
     "format-version": "2",

@@ -490,7 +490,7 @@ def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(
     """A batch whose record schemas were all judged by an earlier batch is decoded at once,
     without a scan for its schemas (no `schema` step); one seen as refused still makes dead
     letters, a batch bringing a new schema (a column added) is judged like the first, and
-    the judged schemas are kept in the target's properties for the next process."""
+    the judged schemas are kept in the commit's summary for the next process."""
     twin = [("id", "int32"), ("v", "string"), ("V", "string")]
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.topic.raw(*envelope_with_schema({"id": 2, "v": "b", "V": "twin"}, twin, 115))
@@ -511,7 +511,7 @@ def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(
     rows = h.rows()
     assert {k: (r["v"], r["extra"]) for k, r in rows.items()} == {1: ("e", None), 4: ("d", "new")}
     assert len(h.dead_letters()) == 2
-    # A new process's applier reads the judged schemas from the target: no scan either.
+    # A new process's applier reads the judged schemas from the last commit: no scan either.
     h.applier = dataclasses.replace(h.applier, schemas={}).prepare(h.spark)
     h.topic.change("u", {"id": 1, "v": "f", "n": 4}, 170, 180)
     h.apply()
