@@ -151,10 +151,10 @@ def test_a_connector_update_that_stops_capture_is_rolled_back(it_env, monkeypatc
 
     env, s = it_env, it_env.schema
     tables = env.settings.path(env.settings.tables_dir)
-    env.sql(f'CREATE TABLE "{s}".steady (id int PRIMARY KEY, v text)')
-    env.sql(f'INSERT INTO "{s}".steady VALUES (1, \'one\')')
-    assert env.cdc("register", "--table", env.register_table("steady")) == 0
-    env.replicate("steady")
+    env.sql(f'CREATE TABLE "{s}".rolled_steady (id int PRIMARY KEY, v text)')
+    env.sql(f'INSERT INTO "{s}".rolled_steady VALUES (1, \'one\')')
+    assert env.cdc("register", "--table", env.register_table("rolled_steady")) == 0
+    env.replicate("rolled_steady")
     env.sql(f'CREATE UNLOGGED TABLE "{s}".scratch (id int PRIMARY KEY, v text)')
     env.sql(f'INSERT INTO "{s}".scratch VALUES (1, \'lost\')')
     client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
@@ -180,8 +180,8 @@ def test_a_connector_update_that_stops_capture_is_rolled_back(it_env, monkeypatc
         assert client.config(connector) == before
     finally:
         (tables / f"{s}.scratch.yaml").unlink()
-    env.replicate("steady", env.transaction(f'UPDATE "{s}".steady SET v = \'flowing\''))
-    assert env.assert_equal("steady") == 1
+    env.replicate("rolled_steady", env.transaction(f'UPDATE "{s}".rolled_steady SET v = \'flowing\''))
+    assert env.assert_equal("rolled_steady") == 1
 
 
 def test_a_column_that_lived_between_two_runs_keeps_its_values(it_env):
