@@ -336,7 +336,10 @@ def source_checks(settings: Settings, name: str, tables: list[TableRegistration]
     checks = [passed("connection", f"{src.kind} {address}").at(name)]
     try:
         with conn:
-            checks += [c.at(name) for c in checks_of(settings, name).preflight(conn, settings, name, tables)]
+            kind = checks_of(settings, name)
+            checks += [c.at(name) for c in kind.server_checks(conn, settings, name)]
+            for reg in tables:
+                checks += [c.at(name, reg.name) for c in kind.table_checks(conn, settings, name, reg)]
     except Exception as e:  # noqa: BLE001 - a query the server refused: reported, and the other sources go on
         checks.append(failed("preflight", f"{address}: {type(e).__name__}: {str(e).strip()[:500]}",
                              "run `cdc doctor` as a user that may read the server's catalogs").at(name))

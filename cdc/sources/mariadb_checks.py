@@ -11,15 +11,6 @@ from cdc.report.doctor import Check
 from cdc.sources import mariadb
 
 
-def preflight(conn: pymysql.Connection, settings: Settings, source: str,
-              tables: list[TableRegistration]) -> list[Check]:
-    """The server's checks, then each registered table's."""
-    checks = server_checks(conn, settings, source)
-    for reg in tables:
-        checks += [c.at(source, reg.name) for c in table_checks(conn, settings, source, reg)]
-    return checks
-
-
 def _rows(conn: pymysql.Connection, sql: str, params=()) -> list[tuple]:
     with conn.cursor() as cur:
         cur.execute(sql, params)

@@ -16,15 +16,6 @@ def publication_name(settings: Settings, source: str) -> str:
     return settings.sources[source].publication_name or f"cdc_{source}"
 
 
-def preflight(conn: psycopg.Connection, settings: Settings, source: str,
-              tables: list[TableRegistration]) -> list[Check]:
-    """The server's checks, then each registered table's."""
-    checks = server_checks(conn, settings, source)
-    for reg in tables:
-        checks += [c.at(source, reg.name) for c in table_checks(conn, settings, source, reg)]
-    return checks
-
-
 def server_checks(conn: psycopg.Connection, settings: Settings, source: str) -> list[Check]:
     """wal_level, free replication slots and WAL senders, the user's REPLICATION, the
     publication, and the slot's retained WAL when it exists."""
