@@ -1,11 +1,24 @@
-"""One exception tree for cdc. Every error says what failed, the value, and what to do."""
+"""One exception tree for cdc. Every error says what failed, the value, and what to do.
+
+Each error's `exit_code` is the command line's exit status, the same in every command
+(README, "Exit codes"):"""
 from __future__ import annotations
+
+OK = 0  # done; every check passed
+DIFFERENCE = 1  # a check found a difference: drift, a failed preflight check, a bound exceeded
+USAGE = 2  # bad usage or configuration (cdc.yaml, a registration, the command line, a refused name)
+FAILED = 3  # a job or command failed: a table given up, a connector refused, capture stopped
+UNREACHABLE = 4  # a source database or a service (Kafka, Connect, catalog, registry) cannot be reached
+IN_FLIGHT = 5  # not settled yet: changes still in transit, or another process holds the table
+EXIT_CODES = {OK: "success", DIFFERENCE: "a check found a difference", USAGE: "bad usage or configuration",
+              FAILED: "a job or command failed", UNREACHABLE: "a source or a service is unreachable",
+              IN_FLIGHT: "in flight: run again later"}  # and 128 + N: stopped by signal N (130, 143)
 
 
 class CdcError(Exception):
     """Base of every error cdc raises on purpose. `exit_code` is the CLI's exit status."""
 
-    exit_code = 3
+    exit_code = FAILED
     retriable = False  # a job retries it for a while (an outage), rather than failing at once
 
     def __init__(self, message: str, *, hint: str | None = None, table: str | None = None):
@@ -19,13 +32,19 @@ class CdcError(Exception):
 class ConfigError(CdcError, ValueError):
     """cdc.yaml or a table registration is invalid, or the command line is."""
 
-    exit_code = 2
+    exit_code = USAGE
 
 
 class SourceError(CdcError):
-    """The source database cannot be reached or does not hold what a registration names."""
+    """The source database does not hold what a registration names, or is not set up for capture."""
 
-    exit_code = 2
+    exit_code = USAGE
+
+
+class SourceUnreachable(SourceError):
+    """The source database cannot be reached (down, refused, or the login is wrong)."""
+
+    exit_code = UNREACHABLE
 
 
 class StackError(CdcError):
@@ -39,6 +58,7 @@ class ConnectorError(CdcError):
 class DependencyError(CdcError):
     """Kafka, Kafka Connect, the catalog or the warehouse is unreachable: worth retrying for a while."""
 
+    exit_code = UNREACHABLE
     retriable = True
 
 
@@ -50,10 +70,10 @@ class ApplyError(CdcError):
     """A micro-batch could not be applied to its target table."""
 
 
-class CheckFailed(CdcError):
-    """A check found a difference (reconciliation drift)."""
+class Busy(CdcError):
+    """Another process holds the table (a job, a replay or a bootstrap): run again later."""
 
-    exit_code = 1
+    exit_code = IN_FLIGHT
 
 
 class Interrupted(BaseException):

@@ -1,10 +1,10 @@
-"""The `cdc` command line. Exit codes: 0 success, 1 a check found a difference,
-2 bad usage or configuration, 3 any other failure, 130/143 interrupted by SIGINT/SIGTERM
-(a continuous `cdc run` stops on either and exits 0)."""
+"""The `cdc` command line. Exit codes, the same in every command (errors.EXIT_CODES):
+0 success, 1 a check found a difference, 2 bad usage or configuration, 3 a job or
+command failed, 4 a source or a service is unreachable, 5 in flight (run again later),
+130/143 interrupted by SIGINT/SIGTERM (a continuous `cdc run` stops on either and exits 0)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -13,6 +13,7 @@ from cdc.config import load_settings, load_tables
 from cdc.config.models import SINKS
 from cdc.errors import CdcError, Interrupted
 from cdc.jobs import shutdown
+from cdc.report import document
 from cdc.report.log import FORMATS, log, set_format
 
 
@@ -32,7 +33,7 @@ def _stack(args) -> int:
     else:
         status = stack.status()
         if args.json:
-            print(json.dumps(status, indent=2))
+            print(document.dumps(**status))
         else:
             for name, svc in status["services"].items():
                 state = "healthy" if svc["healthy"] else ("running" if svc["pid"] else "stopped")
@@ -62,7 +63,7 @@ def _tables(args) -> int:
         print(f"wrote {path}; next: cdc register --table {path.stem} --dry-run, then without --dry-run")
         return 0
     rows = tables.listing(settings)
-    print(json.dumps({"tables": rows}, indent=2) if args.json else tables.format_listing(rows))
+    print(document.dumps(tables=rows) if args.json else tables.format_listing(rows))
     return 0
 
 
@@ -148,12 +149,16 @@ def _maintain(args) -> int:
 
 
 def _status(args) -> int:
-    from cdc.report.status import format_text, healthy, status
+    from cdc.report.status import format_text, problems, status
 
     settings = load_settings(args.config)
     rows, captures = status(settings, load_tables(settings, args.table))
-    print(json.dumps({"tables": rows, "sources": captures}, indent=2) if args.json else format_text(rows, captures))
-    return 0 if not args.check or healthy(rows, captures) else 1
+    code, found = problems(rows, captures, args.max_lag, args.max_age)
+    if args.json:
+        print(document.dumps(ok=code == 0, problems=found, tables=rows, sources=captures))
+    else:
+        print(format_text(rows, captures) + "".join(f"\ncheck: {line}" for line in found if args.check))
+    return code if args.check else 0
 
 
 def _doctor(args) -> int:
@@ -220,7 +225,12 @@ def parser() -> argparse.ArgumentParser:
     ss.add_argument("--table", help="only this registered table (default: all)")
     ss.add_argument("--json", action="store_true", help="print JSON")
     ss.add_argument("--check", action="store_true",
-                    help="exit 1 when a source does not capture or a table's job has failed")
+                    help="exit 3 when a source does not capture or a table's job has failed or died, else 1 when "
+                         "a table is over --max-lag or --max-age, else 0")
+    ss.add_argument("--max-lag", type=_bound, metavar="RECORDS",
+                    help="with --check: a table with more records in Kafka not yet applied is behind")
+    ss.add_argument("--max-age", type=_bound, metavar="SECONDS",
+                    help="with --check: a table whose oldest change not yet applied is older is behind")
     ss.set_defaults(func=_status)
 
     dr = sub.add_parser("doctor", help="preflight before registering tables: the sources' settings (PostgreSQL: "
@@ -243,7 +253,8 @@ def parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=_replay)
 
     rc = sub.add_parser("reconcile", help="source against target row counts (and rows, with --deep) per table: "
-                                          "OK, DRIFT or IN-FLIGHT (exit 0 when all OK, 1 otherwise); every run "
+                                          "OK, DRIFT, IN-FLIGHT or CAPTURE-STOPPED (exit 0 all OK, 1 a drift, 5 only "
+                                          "in flight, 3 capture stopped); every run "
                                           "is appended to cdc_meta.reconcile_history")
     rc.add_argument("--table", help="only this registered table (default: all)")
     rc.add_argument("--format", choices=["text", "json", "html"], default="text",
@@ -281,6 +292,12 @@ def _port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
     return value
+
+
+def _bound(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
 
 
 def _positive(text: str) -> int:

@@ -11,7 +11,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from cdc.errors import ApplyError
+from cdc.errors import Busy
 
 RUNNING, STOPPED, FAILED, CAUGHT_UP, DEAD = "running", "stopped", "failed", "caught-up", "dead"
 
@@ -84,7 +84,7 @@ def _acquire(state_dir: Path, table: str) -> None:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ApplyError(f"table {table} is being run, replayed or bootstrapped by another process (pid {holder})",
+            raise Busy(f"table {table} is being run, replayed or bootstrapped by another process (pid {holder})",
                              hint="stop that process first: one process at a time writes a table", table=table) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)

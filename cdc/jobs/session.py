@@ -134,6 +134,8 @@ def stop_spark(timeout_s: float = 60) -> None:
         return
     from pyspark import SparkContext
 
+    gateway = SparkContext._gateway
+
     def stop() -> None:
         sc = SparkContext._active_spark_context
         try:
@@ -142,6 +144,11 @@ def stop_spark(timeout_s: float = 60) -> None:
                 sc.stop()
         except BaseException:  # noqa: BLE001 - the JVM is stopped below all the same
             pass
+        if gateway is not None and _launched.get("jvm") is not None:
+            # Closed before the JVM exits: py4j's client is then disconnected, so a call
+            # still to come (its finalizer thread releasing Java objects, a callback
+            # winding down) fails quietly instead of logging a reset connection.
+            gateway.shutdown()
 
     # Its own thread, with its own py4j connection: an interrupted main thread's may be mid-call.
     stopping = threading.Thread(target=stop, name="cdc-stop-spark", daemon=True)

@@ -58,8 +58,8 @@ def header(reg: TableRegistration, src) -> str:
 
 
 def listing(settings: Settings) -> list[dict]:
-    """Each registration: its source table, key, target and state (`new` until `cdc register`
-    has created its target, then `registered`), and its job's state."""
+    """Each registration: its source table, key, target, whether `cdc register` has created
+    its target (`registered`; shown `new` until then), and its job's state."""
     from pyiceberg.exceptions import NoSuchTableError
 
     from cdc.sinks import delta
@@ -70,25 +70,26 @@ def listing(settings: Settings) -> list[dict]:
     out = []
     for reg in load_tables(settings):
         if reg.sink == "delta":
-            state = "new" if delta.open_table(delta.location(settings, reg.target)) is None else "registered"
+            registered = delta.open_table(delta.location(settings, reg.target)) is not None
         else:
             try:
                 catalog.load_table(reg.target)
-                state = "registered"
+                registered = True
             except NoSuchTableError:
-                state = "new"
-        out.append({"name": reg.name, "source": reg.source.name,
+                registered = False
+        out.append({"table": reg.name, "source": reg.source.name,
                     "source_table": f"{reg.source.schema_}.{reg.source.table}",
                     "key": list(reg.key) if reg.key else None, "sink": reg.sink, "mode": reg.mode,
-                    "target": shown_name(settings, reg), "state": state,
-                    "job": jobstate.read(settings.state_dir, reg.name)["state"], "file": str(reg.file)})
+                    "target": shown_name(settings, reg), "registered": registered,
+                    "job": jobstate.read(settings.state_dir, reg.name), "file": str(reg.file)})
     return out
 
 
 def format_listing(rows: list[dict]) -> str:
     lines = [f"{'table':28} {'sink':8} {'state':11} {'job':10} {'source':34} key"]
     for r in rows:
-        lines.append(f"{r['name']:28} {r['sink']:8} {r['state']:11} {r['job']:10} "
+        lines.append(f"{r['table']:28} {r['sink']:8} {'registered' if r['registered'] else 'new':11} "
+                     f"{r['job']['state']:10} "
                      f"{r['source'] + ':' + r['source_table']:34} "
                      f"{', '.join(r['key']) if r['key'] else '(primary key)'}")
     return "\n".join(lines if rows else lines + ["(no registered tables: cdc tables add --schema S --table T)"])

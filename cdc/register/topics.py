@@ -108,6 +108,33 @@ def offsets_at(bootstrap: str, topic: str, ms: int) -> dict[int, int | None]:
         consumer.close()
 
 
+def record_times(bootstrap: str, topic: str, offsets: dict[int, int], timeout_s: float = 15) -> dict[int, int | None]:
+    """The time (epoch milliseconds) of the record at each partition's offset, or of the
+    first one kept after it; None where no record was read within `timeout_s`."""
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-record-times", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True, "log_level": 0})
+    found: dict[int, int | None] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+        deadline = time.monotonic() + timeout_s
+        while len(found) < len(offsets) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.partition() in found:
+                continue
+            if msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
+                raise DependencyError(f"Kafka at {bootstrap}: cannot read {topic}: {msg.error()}")
+            found[msg.partition()] = msg.timestamp()[1] if msg.error() is None else None
+            consumer.pause([TopicPartition(topic, msg.partition())])
+    except KafkaException as e:
+        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+    finally:
+        consumer.close()
+    return {p: found.get(p) for p in offsets}
+
 def topic_id(bootstrap: str, topic: str) -> str | None:
     """Kafka's id of the topic (a recreated topic gets a new one), or None if unknown."""
     from confluent_kafka import TopicCollection

@@ -10,11 +10,10 @@ import re
 from dataclasses import asdict, dataclass
 
 from cdc.config.models import Settings, TableRegistration
-from cdc.errors import CdcError, ConfigError
+from cdc.errors import DIFFERENCE, OK, CdcError, ConfigError
+from cdc.report import document
 from cdc.report.capture import size
 from cdc.sources.postgres import ident
-
-SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -428,8 +427,8 @@ def registry_check(settings: Settings, sources: list[str]) -> Check:
 
 
 def exit_code(checks: list[Check]) -> int:
-    """0 when every check is ok (warnings included), 1 when one failed."""
-    return 0 if all(c.ok for c in checks) else 1
+    """0 when every check is ok (warnings included), 1 (a difference found) when one failed."""
+    return OK if all(c.ok for c in checks) else DIFFERENCE
 
 
 def summary(checks: list[Check]) -> str:
@@ -454,4 +453,4 @@ def format_text(checks: list[Check]) -> str:
 
 def format_json(checks: list[Check]) -> str:
     rows = [{"status": c.status, **asdict(c)} for c in checks]
-    return json.dumps({"schema_version": SCHEMA_VERSION, "ok": exit_code(checks) == 0, "checks": rows}, indent=2)
+    return document.dumps(ok=exit_code(checks) == 0, checks=rows)

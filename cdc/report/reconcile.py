@@ -5,7 +5,6 @@ the source's capture does not run (then nothing can be said of the changes it ho
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 import uuid
 from contextlib import contextmanager
@@ -13,12 +12,13 @@ from contextlib import contextmanager
 from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import functions as F
 
+from cdc import errors
 from cdc.config.models import Settings, TableRegistration
 from cdc.planning.position import after_count
 from cdc.planning.protect import target_mask_key
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.planning.sql import q
-from cdc.report import history
+from cdc.report import document, history
 from cdc.report.log import log
 from cdc.report.deep import differences
 from cdc.report.capture import source_capture
@@ -195,12 +195,17 @@ def _deep_compare(settings: Settings, limit: int):
 
 
 def exit_code(rows: list[dict]) -> int:
-    """0 when every table is OK, 1 otherwise (fit for cron and CI)."""
-    return 0 if all(r["status"] == OK for r in rows) else 1
+    """For cron and CI (errors.EXIT_CODES): 0 when every table is OK; else 3 when a source
+    does not capture, 1 when a table drifted, 5 when changes are only still in transit."""
+    found = {r["status"] for r in rows}
+    for status, code in ((CAPTURE_STOPPED, errors.FAILED), (DRIFT, errors.DIFFERENCE), (IN_FLIGHT, errors.IN_FLIGHT)):
+        if status in found:
+            return code
+    return errors.OK
 
 
 def format_json(rows: list[dict]) -> str:
-    return json.dumps({"tables": rows, "ok": exit_code(rows) == 0}, indent=2)
+    return document.dumps(ok=exit_code(rows) == 0, tables=rows)
 
 
 def format_text(rows: list[dict]) -> str:

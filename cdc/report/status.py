@@ -10,11 +10,12 @@ import datetime as dt
 from pyiceberg.exceptions import NoSuchTableError
 
 from cdc.bootstrap.plan import PROPERTY, Bootstrap
+from cdc import errors
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.planning import dead_letters
 from cdc.register.connector import ConnectClient
-from cdc.register.topics import watermarks
+from cdc.register.topics import record_times, watermarks
 from cdc.report.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, source_capture
 from cdc.report.capture import format_text as capture_lines
 from cdc.sinks import delta
@@ -72,7 +73,7 @@ def found_target(settings: Settings, catalog, reg: TableRegistration) -> dict | 
 
 
 def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
-    out = {"name": reg.name, "sink": reg.sink, "target": shown_name(settings, reg),
+    out = {"table": reg.name, "sink": reg.sink, "target": shown_name(settings, reg),
            "mode": reg.mode, "location": None, "job": jobstate.read(settings.state_dir, reg.name)}
     found = found_target(settings, catalog, reg)
     if found is None:
@@ -116,29 +117,60 @@ def status(settings: Settings, tables: list[TableRegistration]) -> tuple[list[di
                           "reason": cap["reason"]}
         row["state"] = (row["job"]["state"] if cap["capturing"] else
                         CAPTURE_UNKNOWN if cap["state"] == "UNKNOWN" else CAPTURE_STOPPED)
+        row["age_s"] = age_s(settings, row)
         rows.append(row)
     return rows, list(captures.values())
 
 
-def healthy(rows: list[dict], captures: list[dict]) -> bool:
-    """Every source captures and no table's job has failed (`cdc status --check`)."""
-    return all(c["capturing"] for c in captures) and not any(
-        r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD) for r in rows)
+def age_s(settings: Settings, row: dict, now_ms: int | None = None) -> float | None:
+    """How far behind a table's target is, in seconds: the age of the oldest change Kafka
+    holds that it has not applied (0 when it has applied all; None when not registered or
+    that change could not be read)."""
+    if not row.get("registered"):
+        return None
+    committed = row["committed_offsets"]
+    pending = {int(p): committed.get(p, 0) for p, end in row["kafka_end_offsets"].items() if end > committed.get(p, 0)}
+    if not pending:
+        return 0.0
+    times = [t for t in record_times(settings.kafka_bootstrap, row["topic"], pending).values() if t is not None]
+    now_ms = dt.datetime.now(dt.timezone.utc).timestamp() * 1000 if now_ms is None else now_ms
+    return round(max(0.0, now_ms - min(times)) / 1000, 1) if times else None
+
+
+def problems(rows: list[dict], captures: list[dict], max_lag: int | None = None,
+             max_age_s: float | None = None) -> tuple[int, list[str]]:
+    """`cdc status --check`: its exit code (errors.EXIT_CODES) and each problem in a line:
+    3 when a source does not capture or a table's job failed or died; else 1 when a
+    table's lag or age is over its bound; else 0."""
+    failed = [f"source {c['source']} is not capturing: {c['reason']}" for c in captures if not c["capturing"]]
+    failed += [f"table {r['table']}: job {r['job']['state']}" + (f": {r['job']['error'].splitlines()[0][:200]}"
+                                                                  if r["job"].get("error") else "")
+               for r in rows if r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD)]
+    behind = [f"table {r['table']}: lag {r['lag']:,} record(s) is over --max-lag {max_lag:,}"
+              for r in rows if max_lag is not None and (r.get("lag") or 0) > max_lag]
+    behind += [f"table {r['table']}: " + (f"{r['age_s']:,.0f} s behind is over --max-age {max_age_s:,.0f}"
+                                          if r.get("age_s") is not None else "its age could not be read from Kafka")
+               for r in rows if max_age_s is not None and r.get("registered")
+               and (r.get("age_s") is None or r["age_s"] > max_age_s)]
+    code = errors.FAILED if failed else errors.DIFFERENCE if behind else errors.OK
+    return code, failed + behind
 
 
 def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
-    head = f"{'table':28} {'state':15} {'lag':>8} {'dead':>5}  {'source commit time':32} snapshot"
+    head = f"{'table':28} {'state':15} {'lag':>8} {'age s':>7} {'dead':>5}  {'source commit time':32} snapshot"
     lines = [head]
     for r in rows:
         state = r.get("state", r["job"]["state"])
         if not r.get("registered"):
-            lines.append(f"{r['name']:28} {state:15} {'-':>8} {'-':>5}  not registered (cdc register)")
+            lines.append(f"{r['table']:28} {state:15} {'-':>8} {'-':>7} {'-':>5}  not registered (cdc register)")
             continue
-        lines.append(f"{r['name']:28} {state:15} {r['lag']:>8} {r['dead_letters']:>5}  "
+        age = r.get("age_s")
+        lines.append(f"{r['table']:28} {state:15} {r['lag']:>8} {'-' if age is None else f'{age:.0f}':>7} "
+                     f"{r['dead_letters']:>5}  "
                      f"{(r['source_commit_time'] or '-'):32} {r['snapshot_id'] or '-'}")
         if r.get("bootstrap") and r["bootstrap"]["state"] != "done":
             lines.append(f"  {r['bootstrap']['method']} bootstrap {r['bootstrap']['id']} unfinished: "
-                         f"run `cdc bootstrap --table {r['name']}` to resume it")
+                         f"run `cdc bootstrap --table {r['table']}` to resume it")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
     return "\n".join(lines + capture_lines(list(captures)))

@@ -12,12 +12,14 @@ from dataclasses import dataclass, replace
 import pymysql
 
 from cdc.config.models import Settings, TableRegistration
-from cdc.errors import ConfigError, SourceError
+from cdc.errors import ConfigError, SourceError, SourceUnreachable
 from cdc.sources import no_key, password
 from cdc.sources.postgres import SourceTable
 from cdc.sources.types import check_columns, mariadb_column
 
 _BINLOG_INDEX = re.compile(r"\.(\d+)$")
+
+REFUSED_LOGIN = (1044, 1045, 1049)  # access denied to the database, to the user; unknown database
 
 
 def connect(settings: Settings, name: str) -> pymysql.Connection:
@@ -27,8 +29,11 @@ def connect(settings: Settings, name: str) -> pymysql.Connection:
                                password=password(settings, src, name), connect_timeout=10, autocommit=True,
                                charset="utf8mb4")
     except pymysql.MySQLError as e:
-        raise SourceError(f"cannot connect to source {name!r} at {src.host}:{src.port}/{src.database}: {e}",
-                          hint="check the source in cdc.yaml and that the database runs") from None
+        refused = bool(e.args) and e.args[0] in REFUSED_LOGIN
+        raise (SourceError if refused else SourceUnreachable)(
+            f"cannot connect to source {name!r} at {src.host}:{src.port}/{src.database}: {e}",
+            hint="check the source's user, password and database in cdc.yaml" if refused
+            else "check the source in cdc.yaml and that the database runs") from None
 
 
 def _rows(conn: pymysql.Connection, sql: str, params=()) -> list[tuple]:

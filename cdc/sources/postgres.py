@@ -8,7 +8,7 @@ import psycopg
 import psycopg.sql
 
 from cdc.config.models import Settings, TableRegistration
-from cdc.errors import ConfigError, SourceError
+from cdc.errors import ConfigError, SourceError, SourceUnreachable
 from cdc.planning.position import parse_lsn
 from cdc.sources import no_key, password
 from cdc.sources.types import Column, check_columns, postgres_column
@@ -20,8 +20,12 @@ def connect(settings: Settings, name: str) -> psycopg.Connection:
         return psycopg.connect(host=src.host, port=src.port, dbname=src.database, user=src.user,
                                password=password(settings, src, name), connect_timeout=10, autocommit=True)
     except psycopg.OperationalError as e:
-        raise SourceError(f"cannot connect to source {name!r} at {src.host}:{src.port}/{src.database}: "
-                          f"{str(e).strip()}", hint="check the source in cdc.yaml and that the database runs")
+        text = str(e).strip()
+        refused = "authentication failed" in text or "does not exist" in text or "no password" in text
+        raise (SourceError if refused else SourceUnreachable)(
+            f"cannot connect to source {name!r} at {src.host}:{src.port}/{src.database}: {text}",
+            hint="check the source's user, password and database in cdc.yaml" if refused
+            else "check the source in cdc.yaml and that the database runs") from None
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def test_status_names_the_sink_and_the_location_and_counts_no_lag(src, capsys):
     capsys.readouterr()
     assert src.cdc("status", "--table", name, "--json") == 0
     (row,) = json.loads(capsys.readouterr().out)["tables"]
-    assert (row["name"], row["sink"], row["registered"], row["lag"]) == (name, src.sink, True, 0)
+    assert (row["table"], row["sink"], row["registered"], row["lag"]) == (name, src.sink, True, 0)
     if src.sink == "delta":
         assert row["location"].rstrip("/").endswith(str(src.delta_path("cf_lines")))
         assert row["target"] == str(src.delta_path("cf_lines")) and row["snapshot_id"] > 0

@@ -198,8 +198,10 @@ def test_tables_add_introspects_a_composite_key_and_refuses_a_keyless_table(env,
         assert yaml.safe_load((tables / f"{s}.lines_delta.yaml").read_text())["sink"] == "delta"
         capsys.readouterr()
         assert env.cdc("tables", "list", "--json") == 0
-        listed = {t["name"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
-        assert listed[f"{s}.lines_added"]["state"] == "new" and listed[f"{s}.lines"]["state"] == "registered"
+        listing = json.loads(capsys.readouterr().out)
+        assert listing["schema_version"] == 1
+        listed = {t["table"]: t for t in listing["tables"]}
+        assert not listed[f"{s}.lines_added"]["registered"] and listed[f"{s}.lines"]["registered"]
         assert listed[f"{s}.lines"]["key"] is None and listed[f"{s}.lines_added"]["key"] == ["order_id", "line_no"]
         assert (listed[f"{s}.lines_delta"]["sink"], listed[f"{s}.lines"]["sink"]) == ("delta", "iceberg")
         assert listed[f"{s}.lines_delta"]["target"].endswith(f"/{s}/lines_delta")
@@ -241,9 +243,11 @@ def test_status_reports_lag_positions_and_job_state(env, capsys):
     env.replicate("events")
     capsys.readouterr()
     assert env.cdc("status", "--json", "--table", name) == 0
-    (row,) = json.loads(capsys.readouterr().out)["tables"]
+    shown = json.loads(capsys.readouterr().out)
+    (row,) = shown["tables"]
+    assert shown["schema_version"] == 1 and shown["ok"]
     assert row["lag"] == 0 and row["committed_offsets"] == row["kafka_end_offsets"]
-    assert (row["name"], row["sink"]) == (name, "iceberg")
+    assert (row["table"], row["sink"]) == (name, "iceberg")
     assert row["location"] == env.catalog.load_table(name).metadata.location and row["location"].startswith("file:")
     assert row["job"]["state"] == "caught-up" and row["position"] and row["source_commit_time"]
     assert row["dead_letters"] == 0 and row["snapshot_id"]
@@ -461,6 +465,7 @@ def test_bad_records_are_set_aside_and_every_valid_change_applies(env):
 
 def test_reconcile_reports_ok_in_flight_and_drift(env, spark, capsys):
     import json
+    import time
 
     s = env.schema
     env.sql(f'CREATE TABLE "{s}".audited (id int PRIMARY KEY, v text)')
@@ -472,9 +477,19 @@ def test_reconcile_reports_ok_in_flight_and_drift(env, spark, capsys):
     assert env.cdc("reconcile", "--table", name, "--format", "json", "--wait", "30") == 0
     (row,) = json.loads(capsys.readouterr().out)["tables"]
     assert (row["status"], row["source_rows"], row["target_rows"], row["lag"]) == ("OK", 30, 30, 0)
+    written = time.time()
     env.wait_captured(env.transaction(f'DELETE FROM "{s}".audited WHERE id <= 5'))
-    assert env.cdc("reconcile", "--table", name, "--wait", "2") == 1  # the job has not run: in transit
+    assert env.cdc("reconcile", "--table", name, "--wait", "2") == 5  # the job has not run: in transit
     assert "IN-FLIGHT" in capsys.readouterr().out
+    # status --check's bounds: 5 records not applied, the oldest as old as the transaction
+    assert env.cdc("status", "--table", name, "--json", "--max-lag", "4") == 0  # no --check: exit 0
+    shown = json.loads(capsys.readouterr().out)
+    (row,) = shown["tables"]
+    assert row["lag"] == 5 and 0 < row["age_s"] <= time.time() - written + 1
+    assert not shown["ok"] and shown["problems"] == [f"table {name}: lag 5 record(s) is over --max-lag 4"]
+    assert env.cdc("status", "--table", name, "--check", "--max-lag", "5", "--max-age", "3600") == 0
+    assert env.cdc("status", "--table", name, "--check", "--max-lag", "4") == 1
+    assert f"check: table {name}: lag 5 record(s) is over --max-lag 4" in capsys.readouterr().out
     env.replicate("audited")
     assert env.cdc("reconcile", "--table", name, "--wait", "30") == 0
     assert " OK " in capsys.readouterr().out

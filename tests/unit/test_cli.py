@@ -1,3 +1,5 @@
+import re
+
 from cdc.cli.main import main
 
 
@@ -59,9 +61,10 @@ def test_log_lines_as_json(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setenv("CDC_LOG_FORMAT", "text")  # the next command is plain text again
     assert main(["--config", str(tmp_path / "none.yaml"), "register"]) == 2
-    assert capsys.readouterr().err.startswith("cdc: error: ")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ERROR   cdc: error: .*", capsys.readouterr().err,
+                        flags=re.S)
     log("caught up", table="shop.orders")
-    assert capsys.readouterr().err == "shop.orders: caught up\n"
+    assert re.fullmatch(r"\S+Z INFO    shop.orders: caught up\n", capsys.readouterr().err)
 
 
 def test_capture_restart_of_an_unknown_source_exits_2(tmp_path, capsys):

@@ -72,7 +72,8 @@ def test_an_unknown_failure_is_retried_as_unexpected(settings, capsys):
     sup = Supervisor(None, Settings(spark=SparkSettings(retry_for_s=300)), [], available_now=True, sleep=lambda s: None)
     sup.backoff("shop.orders", RuntimeError("java.lang.IllegalStateException: something odd\n\tat a.b.C(C.java:1)"))
     line = capsys.readouterr().err
-    assert line == "shop.orders: unexpected failure: java.lang.IllegalStateException: something odd, retrying in 1 s\n"
+    assert line.endswith(" WARNING shop.orders: unexpected failure: java.lang.IllegalStateException: something odd, "
+                         "retrying in 1 s\n")
 
 
 def test_an_outage_inside_a_batch_stays_an_outage():

@@ -18,7 +18,7 @@ def test_one_process_at_a_time_holds_a_table(tmp_path):
     import pytest
 
     from cdc.control.jobstate import exclusive
-    from cdc.errors import ApplyError
+    from cdc.errors import IN_FLIGHT, Busy
 
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path; from cdc.control.jobstate import exclusive\n"
@@ -26,9 +26,10 @@ def test_one_process_at_a_time_holds_a_table(tmp_path):
         "    print('held', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(ApplyError, match=f"another process \\(pid {holder.pid}\\)"):
+        with pytest.raises(Busy, match=f"another process \\(pid {holder.pid}\\)") as busy:
             with exclusive(tmp_path, ["a.c", "a.b"]):
                 pass
+        assert busy.value.exit_code == IN_FLIGHT  # a scheduler runs it again later
         with exclusive(tmp_path, ["a.c"]), exclusive(tmp_path, ["a.c"]):  # re-entrant in one process
             pass
     finally:

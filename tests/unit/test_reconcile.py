@@ -1,4 +1,6 @@
-from cdc.report.reconcile import DRIFT, IN_FLIGHT, OK, exit_code, format_text, verdict
+import json
+
+from cdc.report.reconcile import CAPTURE_STOPPED, DRIFT, IN_FLIGHT, OK, exit_code, format_json, format_text, verdict
 
 
 def test_verdict_tells_drift_from_changes_in_transit():
@@ -15,6 +17,11 @@ def test_exit_code_and_text_report():
     row = {"table": "a.b", "status": OK, "source_rows": 3, "target_rows": 3, "difference": 0, "lag": 0,
            "dead_letters": 0, "source_commit_time": None}
     assert exit_code([row]) == 0 and exit_code([row, {**row, "status": DRIFT}]) == 1
+    # a scheduler runs it again later when changes are only in transit; a stopped capture is a failure
+    assert exit_code([row, {**row, "status": IN_FLIGHT}]) == 5
+    assert exit_code([{**row, "status": IN_FLIGHT}, {**row, "status": DRIFT}]) == 1
+    assert exit_code([{**row, "status": DRIFT}, {**row, "status": CAPTURE_STOPPED}]) == 3
+    assert json.loads(format_json([row])) == {"schema_version": 1, "ok": True, "tables": [row]}
     text = format_text([row, {**row, "table": "a.c", "status": DRIFT, "target_rows": 2, "difference": -1}])
     assert "a.c" in text and "DRIFT" in text and text.endswith("1 of 2 table(s) OK")
 

@@ -1,0 +1,68 @@
+"""The operations contract: one exit code per kind of outcome in every command, and
+`cdc status --check`'s verdict from the rows it read."""
+from pathlib import Path
+
+import pytest
+
+from cdc import errors
+from cdc.cli.main import main
+from cdc.config.models import Settings, SourceSettings
+from cdc.report.status import age_s, problems
+
+
+def row(table: str, state: str = "running", lag: int = 0, age: float | None = 0.0, error: str | None = None) -> dict:
+    return {"table": table, "registered": True, "lag": lag, "age_s": age,
+            "job": {"state": state, **({"error": error} if error else {})}}
+
+
+CAPTURING = {"source": "shop", "capturing": True, "reason": None}
+
+
+def test_status_check_tells_a_failure_from_a_bound_exceeded():
+    assert problems([row("s.a"), row("s.b", lag=5, age=30.0)], [CAPTURING]) == (0, [])
+    code, found = problems([row("s.a"), row("s.b", lag=5, age=30.0)], [CAPTURING], max_lag=4, max_age_s=60)
+    assert code == errors.DIFFERENCE and found == ["table s.b: lag 5 record(s) is over --max-lag 4"]
+    code, found = problems([row("s.b", lag=5, age=90.4)], [CAPTURING], max_lag=5, max_age_s=60)
+    assert code == errors.DIFFERENCE and found == ["table s.b: 90 s behind is over --max-age 60"]
+    code, found = problems([row("s.b", lag=5, age=None)], [CAPTURING], max_age_s=60)  # unknown is not within
+    assert code == errors.DIFFERENCE and found == ["table s.b: its age could not be read from Kafka"]
+    # a failed job or a stopped capture outranks a table behind
+    code, found = problems([row("s.a", "failed", error="boom\nat x"), row("s.b", lag=9)],
+                           [{"source": "shop", "capturing": False, "reason": "connector PAUSED"}], max_lag=1)
+    assert code == errors.FAILED
+    assert found == ["source shop is not capturing: connector PAUSED", "table s.a: job failed: boom",
+                     "table s.b: lag 9 record(s) is over --max-lag 1"]
+    assert problems([row("s.a", "dead")], [CAPTURING])[0] == errors.FAILED
+
+
+def test_age_is_zero_when_everything_was_applied_and_unknown_before_registering():
+    settings = Settings(root=Path("."))
+    assert age_s(settings, {"registered": False}) is None
+    assert age_s(settings, {"registered": True, "topic": "t", "committed_offsets": {"0": 7},
+                            "kafka_end_offsets": {"0": 7}}) == 0.0
+
+
+def test_exit_codes_are_one_table():
+    assert errors.EXIT_CODES == {0: "success", 1: "a check found a difference", 2: "bad usage or configuration",
+                                 3: "a job or command failed", 4: "a source or a service is unreachable",
+                                 5: "in flight: run again later"}
+    assert errors.ConfigError("x").exit_code == errors.SourceError("x").exit_code == errors.USAGE
+    assert errors.DependencyError("x").exit_code == errors.SourceUnreachable("x").exit_code == errors.UNREACHABLE
+    assert errors.ApplyError("x").exit_code == errors.ConnectorError("x").exit_code == errors.FAILED
+    assert errors.Busy("x").exit_code == errors.IN_FLIGHT
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mariadb"])
+def test_a_source_nobody_listens_on_is_unreachable_not_misconfigured(kind, tmp_path):
+    from cdc.sources import module_of
+
+    settings = Settings(root=tmp_path, sources={"shop": SourceSettings(kind=kind, host="127.0.0.1", port=9,
+                                                                       database="shop", user="cdc", password="x")})
+    with pytest.raises(errors.SourceUnreachable, match="cannot connect to source 'shop' at 127.0.0.1:9/shop"):
+        module_of(settings, "shop").connect(settings, "shop")
+
+
+def test_status_bounds_are_whole_numbers(capsys):
+    with pytest.raises(SystemExit) as usage:
+        main(["status", "--check", "--max-lag", "-1"])
+    assert usage.value.code == errors.USAGE and "is not a whole number >= 0" in capsys.readouterr().err
