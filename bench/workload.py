@@ -154,7 +154,7 @@ def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegist
     columns, key, _ = table_columns(catalog.load_table(template.target).properties)
     if topic is None:
         topic = f"_cdc_bench.{reg.name}.{int(time.time())}"
-        ensure_topics(settings.kafka_bootstrap, [topic])
+        ensure_topics(settings.kafka_bootstrap, [topic], settings.kafka)
     drop_target(settings, catalog, reg)
     ensure_table(catalog, reg, columns, key, topic)
     (initial_rows(spark, rows).writeTo(table_ref(settings.catalog.name, reg.target))

@@ -44,8 +44,32 @@ class StackSettings(Frozen):
 MIB = 1024 * 1024
 
 
+class TopicSettings(Frozen):
+    """How the table topics are made (by `cdc register`, and by the connectors for their own
+    topics): set when a topic is created; an existing topic's retention is raised to this."""
+
+    partitions: int = Field(1, ge=1, le=10000)  # a key's changes stay on one partition
+    replication_factor: int = Field(-1, ge=-1, le=32)  # -1: the broker's default.replication.factor
+    # How long Kafka keeps a change record. None: for ever, so a table's first run (which
+    # reads its snapshot from the topic's earliest record) and `replay --from-earliest`
+    # always find every change; `cdc register` warns below a table's delete_horizon_hours.
+    retention_hours: int | None = Field(None, ge=1)
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _factor(cls, v: int) -> int:
+        if v == 0:
+            raise ValueError("replication_factor is -1 (the broker's default) or at least 1")
+        return v
+
+    @property
+    def retention_ms(self) -> int:
+        return -1 if self.retention_hours is None else self.retention_hours * 3_600_000
+
+
 class KafkaSettings(Frozen):
     bootstrap_servers: str | None = None  # None: the local stack's broker
+    topics: TopicSettings = TopicSettings()
     # The largest change record (one row's event, as serialized) that capture carries: the
     # stack's broker, the topics cdc creates, the connectors' producers and the jobs'
     # consumers accept records up to this size. A larger row stops its source's capture,

@@ -64,7 +64,18 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
     if explicit:
         config["message.key.columns"] = ";".join(explicit)
     config.update(record_size_config(settings))
+    config.update(topic_creation_config(settings))
     return config
+
+
+def topic_creation_config(settings: Settings) -> dict:
+    """The topics a connector makes itself (its heartbeat topic; a table's topic made before
+    `register` could) are made as `kafka.topics` says, like those `register` makes."""
+    shape = settings.kafka.topics
+    return {"topic.creation.default.partitions": str(shape.partitions),
+            "topic.creation.default.replication.factor": str(shape.replication_factor),
+            "topic.creation.default.cleanup.policy": "delete",
+            "topic.creation.default.retention.ms": str(shape.retention_ms)}
 
 
 def record_size_config(settings: Settings) -> dict:

@@ -13,8 +13,9 @@ from cdc.errors import ConfigError, ConnectorError
 from cdc.planning.protect import mask_key
 from cdc.register.connector import (DOWN, ConnectClient, connector_config, connector_name, secret_file_ref,
                                     topic_for, write_secret)
-from cdc.register.topics import ensure_topics, existing_topics
+from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_layout
 from cdc.report.capture import format_text, retrying_cause, source_capture, task_error
+from cdc.report.log import log
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.targets import shown_name
@@ -37,6 +38,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         with kind.connect(settings, reg.source.name) as conn:
             described.append((reg, kind.describe_table(conn, reg)))
     would = [ensure_target(settings, catalog, reg, src, dry_run=True) for reg, src in described]  # checks only
+    new = {reg.name for (reg, _), created in zip(described, would) if created}
     for (reg, src), created in zip(described, would):
         if not dry_run:
             created = ensure_target(settings, catalog, reg, src, dry_run=False)
@@ -49,8 +51,17 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         tables = captured(settings, client, source, selected)
         if dry_run:
             _plan_source(settings, client, source, tables)
-            continue
-        _register_source(settings, client, source, tables, wait_snapshot)
+        else:
+            _register_source(settings, client, source, tables, wait_snapshot)
+        warn_topics(settings, source, tables, new)
+
+
+def warn_topics(settings: Settings, source: str, tables: list[TableRegistration], new: set[str]) -> None:
+    """The table topics' partitions and retention against cdc.yaml and the tables' needs."""
+    pairs = [(t, topic_for(source, t)) for t in tables]
+    found = topic_layout(settings.kafka_bootstrap, [topic for _, topic in pairs])
+    for line in layout_warnings(settings.kafka.topics, pairs, found, new):
+        log(f"warning: {line}", level="warning", event="topic-layout")
 
 
 def ensure_target(settings: Settings, catalog, reg: TableRegistration, src, dry_run: bool) -> bool:
@@ -88,8 +99,11 @@ def captured(settings: Settings, client: ConnectClient, source: str,
 def _plan_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration]) -> None:
     """Print the topics and the connector configuration `_register_source` would write."""
     missing = sorted({topic_for(source, t) for t in tables} - existing_topics(settings.kafka_bootstrap))
+    shape = settings.kafka.topics
     for topic in missing:
-        print(f"topic {topic} would be created")
+        print(f"topic {topic} would be created: {shape.partitions} partition(s), replication factor "
+              f"{'the broker default' if shape.replication_factor == -1 else shape.replication_factor}, "
+              f"retention {'for ever' if shape.retention_hours is None else f'{shape.retention_hours} h'}")
     name = connector_name(source)
     previous = client.config(name)
     config = connector_config(settings, source, tables, secret_ref(settings, source) or MASK)
@@ -135,8 +149,7 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
     with kind.connect(settings, source) as conn:
         kind.check_binlog(conn, source)
         kind.ensure_signal_table(conn, src.signal_table)
-        ensure_topics(settings.kafka_bootstrap, [topic_for(source, t) for t in tables],
-                      settings.kafka.max_record_bytes)
+        ensure_topics(settings.kafka_bootstrap, [topic_for(source, t) for t in tables], settings.kafka)
         down = client.not_running(name)
         client.put_config(name, config)
         _restart(client, name, down)  # what the new config did not restart already

@@ -5,6 +5,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdc.config.models import KafkaSettings, TableRegistration, TopicSettings
 from cdc.errors import ConnectorError, DependencyError
 
 
@@ -20,27 +21,32 @@ def existing_topics(bootstrap: str, timeout_s: float = 15) -> set[str]:
                               hint="start it (`cdc stack up`) or set kafka.bootstrap_servers in cdc.yaml") from None
 
 
-MAX_MESSAGE_BYTES = "max.message.bytes"
+MAX_MESSAGE_BYTES, RETENTION_MS = "max.message.bytes", "retention.ms"
 
 
-def ensure_topics(bootstrap: str, topics: list[str], max_record_bytes: int | None = None) -> list[str]:
-    """Create the missing ones (one partition, the cluster's replication factor) taking
-    records up to `max_record_bytes`, and raise an existing one's limit to it; return
-    the created ones."""
+def ensure_topics(bootstrap: str, topics: list[str], kafka: KafkaSettings) -> list[str]:
+    """Create the missing ones as `kafka.topics` says (partitions, replication factor,
+    retention) taking records up to `kafka.max_record_bytes`, and raise an existing one's
+    record limit to it (its partitions and retention stay: `layout_warnings` tells of
+    them); return the created ones."""
     missing = sorted(set(topics) - existing_topics(bootstrap))
     client = admin(bootstrap)  # keep the handle alive until the futures resolve
-    limit = {MAX_MESSAGE_BYTES: str(max_record_bytes)} if max_record_bytes else {}
+    shape = kafka.topics
     if missing:
-        futures = client.create_topics([NewTopic(t, num_partitions=1, replication_factor=-1, config=limit)
+        config = {MAX_MESSAGE_BYTES: str(kafka.max_record_bytes), RETENTION_MS: str(shape.retention_ms),
+                  "cleanup.policy": "delete"}
+        futures = client.create_topics([NewTopic(t, num_partitions=shape.partitions,
+                                                 replication_factor=shape.replication_factor, config=config)
                                         for t in missing])
         for topic, fut in futures.items():
             try:
                 fut.result(30)
             except KafkaException as e:
                 if "TOPIC_ALREADY_EXISTS" not in str(e):
-                    raise ConnectorError(f"cannot create Kafka topic {topic}: {e}") from None
-    if max_record_bytes:
-        _raise_record_limit(client, sorted(set(topics) - set(missing)), max_record_bytes)
+                    raise ConnectorError(f"cannot create Kafka topic {topic}: {e}",
+                                         hint="check kafka.topics in cdc.yaml against the cluster (a replication "
+                                              "factor above its broker count is refused)") from None
+    _raise_record_limit(client, sorted(set(topics) - set(missing)), kafka.max_record_bytes)
     return missing
 
 
@@ -49,19 +55,10 @@ def _raise_record_limit(client: AdminClient, topics: list[str], max_record_bytes
     made by Debezium or by an older release has the broker's default)."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    if not topics:
-        return
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
-    low = []
-    for resource, fut in client.describe_configs(resources).items():
-        try:
-            entry = fut.result(30).get(MAX_MESSAGE_BYTES)
-        except KafkaException as e:
-            raise ConnectorError(f"cannot read the configuration of Kafka topic {resource.name}: {e}") from None
-        if entry is None or int(entry.value) < max_record_bytes:
-            low.append(ConfigResource(ConfigResource.Type.TOPIC, resource.name, incremental_configs=[
-                ConfigEntry(MAX_MESSAGE_BYTES, str(max_record_bytes),
-                            incremental_operation=AlterConfigOpType.SET)]))
+    low = [ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+        ConfigEntry(MAX_MESSAGE_BYTES, str(max_record_bytes), incremental_operation=AlterConfigOpType.SET)])
+        for name, configs in describe_configs(client, topics).items()
+        if configs.get(MAX_MESSAGE_BYTES) is None or int(configs[MAX_MESSAGE_BYTES]) < max_record_bytes]
     for resource, fut in (client.incremental_alter_configs(low).items() if low else ()):
         try:
             fut.result(30)
@@ -70,6 +67,68 @@ def _raise_record_limit(client: AdminClient, topics: list[str], max_record_bytes
                                  f"{max_record_bytes}: {e}",
                                  hint="give cdc's Kafka user AlterConfigs on its topics, or set the topic's "
                                       "max.message.bytes yourself") from None
+
+
+def describe_configs(client: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:
+    """Each topic's effective configuration (its own settings over the broker's defaults)."""
+    from confluent_kafka.admin import ConfigResource
+
+    out = {}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    for resource, fut in (client.describe_configs(resources).items() if resources else ()):
+        try:
+            out[resource.name] = {k: e.value for k, e in fut.result(30).items()}
+        except KafkaException as e:
+            raise ConnectorError(f"cannot read the configuration of Kafka topic {resource.name}: {e}") from None
+    return out
+
+
+def topic_layout(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, int]]:
+    """(partitions, retention.ms) of each existing topic among `topics`."""
+    try:
+        meta = admin(bootstrap).list_topics(timeout=15).topics
+    except KafkaException as e:
+        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+    present = [t for t in topics if t in meta]
+    configs = describe_configs(admin(bootstrap), present)
+    return {t: (len(meta[t].partitions), int(configs[t].get(RETENTION_MS) or -1)) for t in present}
+
+
+def layout_warnings(shape: TopicSettings, tables: list[tuple[TableRegistration, str]],
+                    found: dict[str, tuple[int, int]], new: set[str]) -> list[str]:
+    """What `cdc register` warns of a table's topic (`found`: those that exist; the others
+    are made as configured): partitions or a retention other than configured, a retention
+    below the table's delete_horizon_hours, and a bounded retention where a new table's
+    first run reads its snapshot from the topic's earliest record."""
+    out = []
+    for reg, topic in tables:
+        partitions, retention = found.get(topic, (shape.partitions, shape.retention_ms))
+        if partitions != shape.partitions:
+            out.append(f"topic {topic} has {partitions} partition(s), kafka.topics.partitions says "
+                       f"{shape.partitions}: partitions are set when a topic is created")
+        if retention != shape.retention_ms:
+            out.append(f"topic {topic} keeps changes {_hours(retention)}, kafka.topics.retention_hours says "
+                       f"{_hours(shape.retention_ms)}: retention is set when a topic is created; change it with "
+                       f"`kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+                       f"retention.ms={shape.retention_ms}`")
+        if retention == -1:
+            continue
+        hours = retention / 3_600_000
+        if retention < reg.options.delete_horizon_hours * 3_600_000:
+            out.append(f"topic {topic} keeps changes {hours:g} h, less than table {reg.name}'s "
+                       f"delete_horizon_hours ({reg.options.delete_horizon_hours} h): a job stopped longer than "
+                       f"{hours:g} h finds changes gone from Kafka (it stops and says so; `cdc bootstrap` then "
+                       f"refills the table); raise kafka.topics.retention_hours or set it to null (for ever)")
+        if reg.name in new and reg.options.starting_offsets == "earliest":
+            out.append(f"topic {topic} keeps changes {hours:g} h: table {reg.name}'s first `cdc run` reads its "
+                       f"snapshot from the topic's earliest record, so run it within {hours:g} h, and "
+                       f"`replay --from-earliest` reaches back {hours:g} h only; "
+                       f"kafka.topics.retention_hours: null keeps every change")
+    return out
+
+
+def _hours(retention_ms: int) -> str:
+    return "for ever" if retention_ms == -1 else f"{retention_ms / 3_600_000:g} h"
 
 
 def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:

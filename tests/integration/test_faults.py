@@ -202,7 +202,7 @@ def test_recreated_topic_is_detected_not_consumed(fenv, capsys):
     while topic in existing_topics(bootstrap):  # deletion completes asynchronously
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    ensure_topics(bootstrap, [topic])
+    ensure_topics(bootstrap, [topic], fenv.settings.kafka)
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(before[-1] + 5):  # the new topic grows past the old offsets: they do not go backwards
         producer.produce(topic, key=b'{"schema": {}, "payload": {"id": 1}}', value=None)
