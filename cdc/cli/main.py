@@ -62,6 +62,13 @@ def _tables(args) -> int:
         print(path.read_text(), end="")
         print(f"wrote {path}; next: cdc register --table {path.stem} --dry-run, then without --dry-run")
         return 0
+    if args.action == "remove":
+        from cdc.register.removal import remove
+
+        (reg,) = load_tables(settings, args.name)
+        for line in remove(settings, reg, drop_target=args.drop_target):
+            print(f"{reg.name}: {line}")
+        return 0
     rows = tables.listing(settings)
     print(document.dumps(tables=rows) if args.json else tables.format_listing(rows))
     return 0
@@ -200,6 +207,14 @@ def parser() -> argparse.ArgumentParser:
     ta.add_argument("--sink", choices=SINKS, default="iceberg",
                     help="the target's format: a table of the Iceberg catalog, or a Delta table under delta.root")
     ta.set_defaults(func=_tables)
+    tr = tsub.add_parser("remove", help="take a registered table out of capture: its connector stops capturing "
+                                        "it (the last table of a source: the connector, slot and publication "
+                                        "go), its registration file, checkpoint and job state go; its target stays, "
+                                        "marked out of capture, unless --drop-target")
+    tr.add_argument("name", metavar="NAME", help="the registered table (namespace.table)")
+    tr.add_argument("--drop-target", action="store_true",
+                    help="also drop its target, delete memory and dead letters (with their files) and its topic")
+    tr.set_defaults(func=_tables)
     tl = tsub.add_parser("list", help="each registration with its state")
     tl.add_argument("--json", action="store_true", help="print JSON")
     tl.set_defaults(func=_tables)

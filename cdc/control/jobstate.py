@@ -31,6 +31,11 @@ def record(state_dir: Path, table: str, state: str, error: str | None = None, no
     tmp.replace(f)
 
 
+def forget(state_dir: Path, table: str) -> None:
+    """No state recorded for the table any more (taken out of capture)."""
+    _file(state_dir, table).unlink(missing_ok=True)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

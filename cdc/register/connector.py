@@ -29,6 +29,11 @@ def slot_name(settings: Settings, source: str) -> str:
     return settings.sources[source].slot_name or f"cdc_{source}"
 
 
+def publication_name(settings: Settings, source: str) -> str:
+    """A PostgreSQL source's publication."""
+    return settings.sources[source].publication_name or f"cdc_{source}"
+
+
 def server_id(source: str) -> int:
     """A stable replica server id for a MariaDB source's connector (5400-6399)."""
     import zlib
@@ -52,7 +57,7 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
     else:
         template = "postgres-connector.json"
         values.update(slot_name=slot_name(settings, source),
-                      publication_name=src.publication_name or f"cdc_{source}")
+                      publication_name=publication_name(settings, source))
     doc = json.loads((settings.path(settings.debezium_dir) / template).read_text())
     if src.format == "avro":  # the converter keys of the template, replaced
         doc = {k: v for k, v in doc.items() if not k.startswith(("key.converter", "value.converter"))}
@@ -158,6 +163,22 @@ class ConnectClient:
         r = self._call("DELETE", f"/connectors/{name}")
         if not r.ok and r.status_code != 404:
             raise ConnectorError(f"Kafka Connect refused to delete connector {name}: HTTP {r.status_code} {r.text}")
+
+    def retire(self, name: str, timeout_s: float = 60) -> None:
+        """Stop the connector, forget its source offsets and delete it: a connector made
+        later under the same name starts afresh (an initial snapshot, not old offsets)."""
+        r = self._call("PUT", f"/connectors/{name}/stop")
+        if r.status_code == 404:
+            return
+        if not r.ok:
+            raise ConnectorError(f"Kafka Connect refused to stop connector {name}: HTTP {r.status_code} {r.text}")
+        self._wait(name, "not stopped", lambda: (self.status(name) or {}).get("connector", {}).get("state")
+                   == "STOPPED", timeout_s)
+        r = self._call("DELETE", f"/connectors/{name}/offsets")
+        if not r.ok:
+            raise ConnectorError(f"Kafka Connect refused to reset the offsets of connector {name}: "
+                                 f"HTTP {r.status_code} {r.text}")
+        self.delete(name)
 
     def _wait(self, name: str, what: str, done: Callable[[], bool], timeout_s: float, interval_s: float = 0.3,
               tick: Callable[[], None] | None = None) -> None:

@@ -45,6 +45,13 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         done = ("would be created" if dry_run else "created") if created else "exists"
         print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
               + (f", {len(src.columns)} columns" if created else ""))
+        removed_at = None if created else removed_from_capture(settings, catalog, reg)
+        if removed_at:
+            log(f"warning: target {shown_name(settings, reg)} was out of capture from {removed_at}: the table is "
+                f"snapshotted again, which brings back every source row, but a row deleted at the source meanwhile "
+                f"stays in the target; run `cdc bootstrap --table {reg.name}` once it is registered to make it "
+                f"exact (`cdc reconcile --deep` shows the difference)", table=reg.name, level="warning",
+                event="capture-was-removed")
 
     client = ConnectClient(settings.connect_url)
     for source in sorted({r.source.name for r in selected}):
@@ -71,6 +78,16 @@ def ensure_target(settings: Settings, catalog, reg: TableRegistration, src, dry_
         return delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run, mask_key=key)
     return iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run, settings=settings,
                                 mask_key=key)
+
+
+def removed_from_capture(settings: Settings, catalog, reg: TableRegistration) -> str | None:
+    """When `cdc tables remove` took the table out of capture and kept its target, and no
+    snapshot has been applied since: the time it did."""
+    from cdc.report.status import found_target
+
+    found = found_target(settings, catalog, reg)
+    props = found["properties"] if found else {}
+    return None if props.get(iceberg.PROP_SNAPSHOT) else props.get(iceberg.PROP_CAPTURE_REMOVED) or None
 
 
 def check_targets_unique(settings: Settings, selected: list[TableRegistration]) -> None:
@@ -128,21 +145,25 @@ def secret_ref(settings: Settings, source: str) -> str | None:
     return None
 
 
+def connector_secret(settings: Settings, source: str) -> str:
+    """What the connector config holds for the source's password: a config provider
+    reference where there is one, else the password (with a warning)."""
+    src = settings.sources[source]
+    if src.connector_password_ref:
+        return src.connector_password_ref
+    if settings.connect.url is None:  # the local worker: secret through its FileConfigProvider
+        return write_secret(settings.state_dir / "connect" / "secrets", source, password(settings, src, source))
+    print(f"warning: source {source}: the password goes into the connector config of {settings.connect_url}, "
+          f"where its REST API shows it; set sources.{source}.connector_password_ref to a config provider "
+          f"reference instead", file=sys.stderr)
+    return password(settings, src, source)
+
+
 def _register_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration],
                      wait_snapshot: bool) -> None:
     src = settings.sources[source]
     name = connector_name(source)
-    if src.connector_password_ref:
-        secret = src.connector_password_ref
-    elif settings.connect.url is None:  # the local worker: secret through its FileConfigProvider
-        secret = write_secret(settings.state_dir / "connect" / "secrets", source,
-                              password(settings, src, source))
-    else:
-        secret = password(settings, src, source)
-        print(f"warning: source {source}: the password goes into the connector config of {settings.connect_url}, "
-              f"where its REST API shows it; set sources.{source}.connector_password_ref to a config provider "
-              f"reference instead", file=sys.stderr)
-    config = connector_config(settings, source, tables, secret)
+    config = connector_config(settings, source, tables, connector_secret(settings, source))
     previous = client.config(name)
     catalog = load_catalog(settings)
     kind = module_of(settings, source)

@@ -194,6 +194,18 @@ def record_times(bootstrap: str, topic: str, offsets: dict[int, int], timeout_s:
         consumer.close()
     return {p: found.get(p) for p in offsets}
 
+def delete_topics(bootstrap: str, topics: list[str]) -> list[str]:
+    """Delete those of `topics` that exist; return them."""
+    present = sorted(set(topics) & existing_topics(bootstrap))
+    client = admin(bootstrap)
+    for topic, fut in (client.delete_topics(present).items() if present else ()):
+        try:
+            fut.result(30)
+        except KafkaException as e:
+            raise ConnectorError(f"cannot delete Kafka topic {topic}: {e}",
+                                 hint="give cdc's Kafka user DeleteTopics on its topics, or delete it yourself") from None
+    return present
+
 def topic_id(bootstrap: str, topic: str) -> str | None:
     """Kafka's id of the topic (a recreated topic gets a new one), or None if unknown."""
     from confluent_kafka import TopicCollection

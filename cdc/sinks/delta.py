@@ -144,7 +144,7 @@ def snapshot_pending(settings: Settings, tables: list[TableRegistration]) -> lis
     pending = []
     for t in tables:
         table = open_table(location(settings, t.target))
-        if table is not None and PROP_SNAPSHOT not in properties(table):
+        if table is not None and not properties(table).get(PROP_SNAPSHOT):
             pending.append(t)
     return pending
 

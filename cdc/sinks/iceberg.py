@@ -55,7 +55,8 @@ PROP_EXCLUDED = "cdc.excluded"
 PROP_KEY = "cdc.key"
 PROP_TOPIC = "cdc.topic"
 PROP_OWNER = "cdc.registration"  # the registration that created the target: the only one that writes it
-PROP_SNAPSHOT = "cdc.source-snapshot"  # how the target's existing rows were captured
+PROP_SNAPSHOT = "cdc.source-snapshot"  # how the target's existing rows were captured ("": to capture anew)
+PROP_CAPTURE_REMOVED = "cdc.capture-removed"  # when `cdc tables remove` took the table out of capture
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -207,7 +208,7 @@ def snapshot_pending(catalog, tables: list[TableRegistration]) -> list[TableRegi
     pending = []
     for t in tables:
         try:
-            if PROP_SNAPSHOT not in catalog.load_table(t.target).properties:
+            if not catalog.load_table(t.target).properties.get(PROP_SNAPSHOT):
                 pending.append(t)
         except NoSuchTableError:
             continue  # not registered yet: its snapshot comes when it is

@@ -195,3 +195,8 @@ def estimate_rows(conn: pymysql.Connection, reg: TableRegistration) -> int:
     if not rows or rows[0][0] is None:
         rows = _rows(conn, f"SELECT count(*) FROM {qualified(reg)}")
     return int(rows[0][0])
+
+
+def release_capture(conn: pymysql.Connection, settings: Settings, source: str) -> list[str]:
+    """Nothing to drop once no table is captured: the binary log is the server's own."""
+    return []

@@ -212,3 +212,28 @@ def slot_state(conn: psycopg.Connection, slot: str) -> dict | None:
     if row is None:
         return None
     return {"name": slot, "active": row[0], "retained_wal_bytes": row[1], "wal_status": row[2]}
+
+
+def release_capture(conn: psycopg.Connection, settings: Settings, source: str, timeout_s: float = 60) -> list[str]:
+    """Once no table of the source is captured (its connector deleted): its replication
+    slot, dropped as soon as no reader holds it (else it keeps WAL for ever), and its
+    publication. Returns what was dropped, in words."""
+    import time
+
+    from cdc.register.connector import publication_name, slot_name
+
+    slot, publication, dropped = slot_name(settings, source), publication_name(settings, source), []
+    deadline = time.monotonic() + timeout_s
+    while (state := slot_state(conn, slot)) is not None and state["active"]:
+        if time.monotonic() > deadline:
+            raise SourceError(f"replication slot {slot} of source {source!r} is still read by a process after "
+                              f"{timeout_s:.0f}s", hint=f"find it in pg_stat_replication, stop it, then run "
+                              f"SELECT pg_drop_replication_slot('{slot}')")
+        time.sleep(0.5)
+    if state is not None:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        dropped.append(f"replication slot {slot}")
+    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone():
+        conn.execute(psycopg.sql.SQL("DROP PUBLICATION {}").format(psycopg.sql.Identifier(publication)))
+        dropped.append(f"publication {publication}")
+    return dropped

@@ -6,14 +6,10 @@ import psycopg
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
-from cdc.register.connector import slot_name
+from cdc.register.connector import publication_name, slot_name
 from cdc.report import doctor as d
 from cdc.report.doctor import Check
 from cdc.sources import postgres
-
-
-def publication_name(settings: Settings, source: str) -> str:
-    return settings.sources[source].publication_name or f"cdc_{source}"
 
 
 def server_checks(conn: psycopg.Connection, settings: Settings, source: str) -> list[Check]:

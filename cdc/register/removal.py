@@ -1,0 +1,115 @@
+"""`cdc tables remove`: a registered table taken out of capture. Its source's connector
+stops capturing it (PostgreSQL: the connector narrows its publication); when it was the
+source's last table the connector is retired and the replication slot and publication
+dropped, so no slot holds WAL for it. The registration file, checkpoint and job state go.
+The target stays as it is, marked out of capture (registering the table again snapshots
+it anew), unless `drop_target`: then the target, its delete memory and dead letters, and
+the table's topic (when no other registration reads it) go too."""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+
+from cdc.config.loader import load_tables
+from cdc.config.models import Settings, TableRegistration
+from cdc.control import jobstate
+from cdc.errors import ConnectorError
+from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
+from cdc.planning.merge import DELETES_SUFFIX
+from cdc.register.connector import ConnectClient, connector_config, connector_name, topic_for
+from cdc.register.registrar import captured, connector_secret
+from cdc.register.topics import delete_topics
+from cdc.sinks import delta, iceberg
+from cdc.sinks.catalog import load_catalog
+from cdc.sinks.targets import shown_name
+from cdc.sources import module_of
+
+
+def remove(settings: Settings, reg: TableRegistration, drop_target: bool = False) -> list[str]:
+    """Take `reg` out of capture (and its target away, with `drop_target`); what was done,
+    a line each. Refused (exit 5) while a process runs, replays or bootstraps the table."""
+    done = []
+    with jobstate.exclusive(settings.state_dir, [reg.name]):
+        done += _out_of_capture(settings, reg)
+        others = [t for t in load_tables(settings) if t.name != reg.name]
+        if drop_target:
+            done += _drop(settings, reg, shared=any(topic_for(t.source.name, t) == topic_for(reg.source.name, reg)
+                                                     for t in others))
+        else:
+            done += _mark_removed(settings, reg)
+        shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
+        jobstate.forget(settings.state_dir, reg.name)
+        if reg.file is not None:
+            reg.file.unlink(missing_ok=True)
+            done.append(f"registration {reg.file} deleted")
+    return done
+
+
+def _out_of_capture(settings: Settings, reg: TableRegistration) -> list[str]:
+    """The source's connector without the table: narrowed, or retired with what the source
+    keeps for capture when no table is left."""
+    source, client = reg.source.name, ConnectClient(settings.connect_url)
+    name = connector_name(source)
+    previous = client.config(name)
+    if previous is None:
+        return [f"connector {name} does not exist: nothing to stop"]
+    table = f"{reg.source.schema_}.{reg.source.table}"
+    left = [t for t in captured(settings, client, source, []) if t.name != reg.name]
+    readers = [t.name for t in left if f"{t.source.schema_}.{t.source.table}" == table]
+    if readers:
+        return [f"connector {name} still captures {table}: registration {', '.join(readers)} reads it too"]
+    kind = module_of(settings, source)
+    if not left:
+        client.retire(name)
+        with kind.connect(settings, source) as conn:
+            released = kind.release_capture(conn, settings, source)
+        return [f"connector {name} deleted (its last table)"] + [f"{what} dropped" for what in released]
+    config = connector_config(settings, source, left, connector_secret(settings, source))
+    client.put_config(name, config)
+    client.wait_task_config(name, "table.include.list", config["table.include.list"])
+    client.wait_running(name)
+    with kind.connect(settings, source) as conn:
+        try:
+            client.wait_captured(name, kind.write_marker(conn, settings.sources[source].signal_table))
+        except ConnectorError as e:
+            raise ConnectorError(f"connector {name} no longer captures {table}, and it has not captured a marker "
+                                 f"since: {e.message}", hint="see `cdc status` and the Connect worker's log") from None
+    return [f"connector {name} no longer captures {table} ({len(left)} table(s) left)"]
+
+
+def _mark_removed(settings: Settings, reg: TableRegistration) -> list[str]:
+    """The target kept, marked out of capture: registering the table again snapshots it."""
+    props = {iceberg.PROP_SNAPSHOT: "", iceberg.PROP_CAPTURE_REMOVED: dt.datetime.now(dt.timezone.utc).isoformat()}
+    if reg.sink == "delta":
+        if delta.open_table(delta.location(settings, reg.target)) is None:
+            return []
+        delta.set_properties(settings, delta.location(settings, reg.target), props)
+    else:
+        catalog = load_catalog(settings)
+        if not catalog.table_exists(reg.target):
+            return []
+        iceberg.set_properties(catalog.load_table(reg.target), reg.target, props, settings)
+    return [f"target {shown_name(settings, reg)} kept as it is, out of capture from now on"]
+
+
+def _drop(settings: Settings, reg: TableRegistration, shared: bool) -> list[str]:
+    """The target, its delete memory and its dead letters, and its topic unless `shared`."""
+    done = []
+    if reg.sink == "delta":
+        for suffix in ("", DELETES_SUFFIX, DEAD_LETTERS_SUFFIX):
+            path = delta.location(settings, reg.target, suffix)
+            if path.exists():
+                shutil.rmtree(path)
+                done.append(f"Delta table {path} deleted")
+    else:
+        catalog = load_catalog(settings)
+        for ident in (reg.target, reg.target + DELETES_SUFFIX, reg.target + DEAD_LETTERS_SUFFIX):
+            if catalog.table_exists(ident):
+                catalog.purge_table(ident)
+                done.append(f"table {settings.catalog.name}.{ident} dropped with its files")
+    topic = topic_for(reg.source.name, reg)
+    if shared:
+        done.append(f"topic {topic} kept: another registration reads it")
+    elif delete_topics(settings.kafka_bootstrap, [topic]):
+        done.append(f"topic {topic} deleted")
+    return done
