@@ -121,6 +121,9 @@ class SourceSettings(Frozen):
     connector_password_ref: str | None = None
     slot_name: str | None = None  # PostgreSQL; default: cdc_<source name>
     publication_name: str | None = None  # PostgreSQL; default: cdc_<source name>
+    # PostgreSQL: `cdc status` warns (and `status --check` exits non-zero) when the slot is
+    # inactive and holds more WAL than this: nothing reads it while the database's disk fills.
+    slot_wal_warn_mb: int = Field(1024, ge=1)
     # MariaDB: the replica server id the connector reads the binary log as; unique among
     # the server's replicas. Default: derived from the source name (5400-6399).
     server_id: int | None = Field(None, ge=1, le=4294967295)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from cdc.config.models import Settings
+from cdc.config.models import MIB, Settings
 from cdc.errors import CdcError
 from cdc.config.loader import load_tables
 from cdc.register.connector import ConnectClient, connector_name, slot_name, topic_for
@@ -139,9 +139,25 @@ def _slot(settings: Settings, source: str) -> dict | None:
     kind = module_of(settings, source)
     try:
         with kind.connect(settings, source) as conn:
-            return kind.slot_state(conn, slot_name(settings, source))
+            state = kind.slot_state(conn, slot_name(settings, source))
     except CdcError:
         return None
+    if state is not None:
+        limit = settings.sources[source].slot_wal_warn_mb * MIB
+        state["wal_warn_bytes"] = limit
+        state["over_wal_warn"] = not state["active"] and (state["retained_wal_bytes"] or 0) > limit
+    return state
+
+
+def slot_warning(capture: dict) -> str | None:
+    """When the source's slot is inactive and holds more WAL than its threshold, in words."""
+    slot = capture.get("slot")
+    if not slot or not slot.get("over_wal_warn"):
+        return None
+    return (f"replication slot {slot['name']} of source {capture['source']} is INACTIVE and holds "
+            f"{size(slot['retained_wal_bytes'])} of WAL, over sources.{capture['source']}.slot_wal_warn_mb "
+            f"({size(slot['wal_warn_bytes'])}): start its connector (`cdc capture restart`), or drop the slot of a "
+            f"source no longer captured (`cdc tables remove` its last table)")
 
 
 def format_text(captures: list[dict]) -> list[str]:
@@ -155,6 +171,8 @@ def format_text(captures: list[dict]) -> list[str]:
         lines.append(f"capture {c['source']}: connector {c['state']}{', ' + tasks if tasks else ''}{held}")
         if not c["capturing"] and c["reason"]:
             lines.append(f"  not capturing: {c['reason']}")
+        if slot_warning(c):
+            lines.append(f"  warning: {slot_warning(c)}")
     return lines
 
 

@@ -16,7 +16,7 @@ from cdc.control import commits, jobstate
 from cdc.planning import dead_letters
 from cdc.register.connector import ConnectClient
 from cdc.register.topics import record_times, watermarks
-from cdc.report.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, source_capture
+from cdc.report.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, slot_warning, source_capture
 from cdc.report.capture import format_text as capture_lines
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
@@ -140,9 +140,11 @@ def age_s(settings: Settings, row: dict, now_ms: int | None = None) -> float | N
 def problems(rows: list[dict], captures: list[dict], max_lag: int | None = None,
              max_age_s: float | None = None) -> tuple[int, list[str]]:
     """`cdc status --check`: its exit code (errors.EXIT_CODES) and each problem in a line:
-    3 when a source does not capture or a table's job failed or died; else 1 when a
-    table's lag or age is over its bound; else 0."""
+    3 when a source does not capture (or its slot, inactive, holds WAL over its threshold)
+    or a table's job failed or died; else 1 when a table's lag or age is over its bound;
+    else 0."""
     failed = [f"source {c['source']} is not capturing: {c['reason']}" for c in captures if not c["capturing"]]
+    failed += [slot_warning(c) for c in captures if slot_warning(c)]
     failed += [f"table {r['table']}: job {r['job']['state']}" + (f": {r['job']['error'].splitlines()[0][:200]}"
                                                                   if r["job"].get("error") else "")
                for r in rows if r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD)]

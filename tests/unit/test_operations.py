@@ -66,3 +66,18 @@ def test_status_bounds_are_whole_numbers(capsys):
     with pytest.raises(SystemExit) as usage:
         main(["status", "--check", "--max-lag", "-1"])
     assert usage.value.code == errors.USAGE and "is not a whole number >= 0" in capsys.readouterr().err
+
+
+def test_an_inactive_slot_over_its_wal_threshold_is_a_problem():
+    from cdc.report.capture import format_text
+
+    slot = {"name": "cdc_pg", "active": False, "retained_wal_bytes": 3 * 2**30, "wal_status": "extended",
+            "wal_warn_bytes": 2**30, "over_wal_warn": True}
+    capture = {**CAPTURING, "source": "pg", "state": "RUNNING", "tasks": [], "slot": slot}
+    warning = ("replication slot cdc_pg of source pg is INACTIVE and holds 3.0 GB of WAL, over "
+               "sources.pg.slot_wal_warn_mb (1.0 GB)")
+    assert format_text([capture])[1].startswith(f"  warning: {warning}: start its connector")
+    code, found = problems([row("s.a")], [capture])
+    assert code == errors.FAILED and found[0].startswith(warning)
+    quiet = {**capture, "slot": {**slot, "over_wal_warn": False}}
+    assert len(format_text([quiet])) == 1 and problems([row("s.a")], [quiet]) == (0, [])
