@@ -171,9 +171,10 @@ class Env:
         return f"{self.settings.catalog.name}.{self.schema}.{table}"
 
     def register_table(self, table: str, key: list[str] | None = None, name: str | None = None,
-                       options: dict | None = None) -> str:
+                       options: dict | None = None, **more) -> str:
+        """Write tables/<name>.yaml (`more`: other top-level keys, e.g. snapshot="never")."""
         name = name or f"{self.schema}.{table}"
-        body = {"name": name, "source": {"schema": self.schema, "table": table}}
+        body = {"name": name, "source": {"schema": self.schema, "table": table}, **more}
         if self.sink != "iceberg":
             body["sink"] = self.sink
         if key:

@@ -48,7 +48,7 @@ def _register(args) -> int:
     settings = load_settings(args.config)
     if args.dry_run:
         print("dry run: nothing is changed")
-    register(settings, load_tables(settings, args.table), dry_run=args.dry_run)
+    register(settings, load_tables(settings, args.table), wait_snapshot=not args.no_wait, dry_run=args.dry_run)
     return 0
 
 
@@ -193,6 +193,9 @@ def parser() -> argparse.ArgumentParser:
     rg.add_argument("--table", help="only this registered table (default: all)")
     rg.add_argument("--dry-run", action="store_true",
                     help="print the target, topic and connector changes it would make, and make none")
+    rg.add_argument("--no-wait", action="store_true",
+                    help="return once the connector runs, without waiting for Debezium's snapshot of the new "
+                         "tables (it goes on in the connector; `cdc run` applies it as it arrives)")
     rg.set_defaults(func=_register)
 
     tb = sub.add_parser("tables", help="add a registration from the source's table, or list the registrations")

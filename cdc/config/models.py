@@ -414,6 +414,11 @@ class TableRegistration(Frozen):
     mask: tuple[str, ...] = ()  # source columns stored as a keyed hash (masking.key in cdc.yaml)
     partitioning: Partitioning = Partitioning()
     options: TableOptions = TableOptions()
+    # How the rows the table holds when it is registered reach the target. initial:
+    # Debezium snapshots them (the connector's initial snapshot, or an incremental one when
+    # the connector runs already); never: they don't, only later changes do; jdbc: `cdc
+    # bootstrap` reads them in parallel (a large PostgreSQL table), and the job waits for it.
+    snapshot: Literal["initial", "never", "jdbc"] = "initial"
     file: Path | None = Field(None, exclude=True)
 
     @field_validator("name", "target")

@@ -28,7 +28,7 @@ from cdc.report import metrics
 from cdc.report.capture import source_capture
 from cdc.report.log import log
 from cdc.planning.protect import target_mask_key
-from cdc.sinks.iceberg import check_owner, check_protection, table_columns
+from cdc.sinks.iceberg import PROP_SNAPSHOT, check_owner, check_protection, table_columns
 from cdc.sinks.targets import open_table, shown_name, target_refs
 
 
@@ -68,6 +68,10 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
     check_owner(reg, properties, topic_for(reg.source.name, reg), shown_name(settings, reg))
     check_protection(reg, properties)
     boot = check_not_running(reg.name, properties)
+    if boot is None and properties.get(PROP_SNAPSHOT) == "jdbc":
+        raise ApplyError(f"table {reg.name} is registered with `snapshot: jdbc` and its rows have not been read yet",
+                         hint=f"run `cdc bootstrap --table {reg.name}` (it fills the target, then the job streams on)",
+                         table=reg.name)
     if topic not in existing_topics(settings.kafka_bootstrap):
         raise ApplyError(f"Kafka topic {topic} of table {reg.name} does not exist",
                          hint=f"run `cdc register --table {reg.name}` (it creates the topic and the connector)")

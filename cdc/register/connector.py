@@ -70,6 +70,9 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
         config["message.key.columns"] = ";".join(explicit)
     config.update(record_size_config(settings))
     config.update(topic_creation_config(settings))
+    snapshotted = {f"{t.source.schema_}.{t.source.table}" for t in tables if t.snapshot == "initial"}
+    if len(snapshotted) < len(include.split(",")) - 1:  # a table the initial snapshot leaves out
+        config["snapshot.include.collection.list"] = ",".join(sorted(snapshotted | {src.signal_table}))
     return config
 
 
@@ -213,12 +216,12 @@ class ConnectClient:
                 all(t.get("state") == "RUNNING" for t in tasks)
         self._wait(name, "not running", done, timeout_s)
 
-    def wait_streaming(self, name: str, timeout_s: float = 600) -> None:
+    def wait_streaming(self, name: str, timeout_s: float = 600, tick: Callable[[], None] | None = None) -> None:
         """Until the committed offset shows the initial snapshot finished."""
         def done() -> bool:
             offs = self.offsets(name)
             return bool(offs) and all("snapshot" not in o or o.get("snapshot_completed") for o in offs)
-        self._wait(name, "initial snapshot not finished", done, timeout_s)
+        self._wait(name, "initial snapshot not finished", done, timeout_s, tick=tick)
 
     def wait_incremental_snapshot(self, name: str, timeout_s: float = 1800,
                                   tick: Callable[[], None] | None = None) -> None:

@@ -9,11 +9,11 @@ import time
 
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
-from cdc.errors import ConfigError, ConnectorError
+from cdc.errors import CdcError, ConfigError, ConnectorError
 from cdc.planning.protect import mask_key
 from cdc.register.connector import (DOWN, ConnectClient, connector_config, connector_name, secret_file_ref,
                                     topic_for, write_secret)
-from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_layout
+from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_layout, watermarks
 from cdc.report.capture import format_text, retrying_cause, source_capture, task_error
 from cdc.report.log import log
 from cdc.sinks import delta, iceberg
@@ -31,6 +31,11 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
     none. Every selected table is checked first (its source table, its target's owner, key
     and settings): a refused table changes nothing, for itself or the others."""
     check_targets_unique(settings, selected)
+    for reg in selected:
+        if reg.snapshot == "jdbc" and settings.sources[reg.source.name].kind != "postgresql":
+            raise ConfigError(f"table {reg.name}: `snapshot: jdbc` reads PostgreSQL sources only; source "
+                              f"{reg.source.name!r} is {settings.sources[reg.source.name].kind}",
+                              hint=f"use `snapshot: initial` ({reg.file})")
     catalog = load_catalog(settings)
     described = []
     for reg in selected:
@@ -183,25 +188,69 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             if previous is None or down:
                 raise
             _roll_back(settings, client, kind, conn, source, previous, e)
-        if not wait_snapshot:
-            return
-        client.wait_streaming(name)
         pending = (iceberg.snapshot_pending(catalog, [t for t in tables if t.sink == "iceberg"])
                    + delta.snapshot_pending(settings, [t for t in tables if t.sink == "delta"]))
-        if pending and previous is not None:
-            # The connector's initial snapshot is behind it: fill these tables incrementally.
-            names = sorted(f"{t.source.schema_}.{t.source.table}" for t in pending)
+        by_debezium = [t for t in pending if t.snapshot == "initial"]
+        progress = SnapshotProgress(settings, kind, conn, by_debezium if wait_snapshot else [])
+        if wait_snapshot:  # the connector's initial snapshot (of the tables that take one)
+            client.wait_streaming(name, timeout_s=SNAPSHOT_WAIT_S, tick=progress.tick if previous is None else None)
+        if previous is not None and by_debezium:  # its initial snapshot is behind it: fill these incrementally
+            names = sorted(f"{t.source.schema_}.{t.source.table}" for t in by_debezium)
             print(f"connector {name}: incremental snapshot of {', '.join(names)}")
             marker = kind.request_incremental_snapshot(conn, src.signal_table, names)
-            client.wait_captured(name, marker)
-            client.wait_incremental_snapshot(name)
+            if wait_snapshot:
+                client.wait_captured(name, marker)
+                client.wait_incremental_snapshot(name, timeout_s=SNAPSHOT_WAIT_S, tick=progress.tick)
         for t in pending:
-            how = "incremental" if previous is not None else "initial"
+            how = t.snapshot if t.snapshot != "initial" else "incremental" if previous is not None else "initial"
             if t.sink == "delta":
                 delta.mark_snapshotted(settings, t, how)
             else:
                 iceberg.mark_snapshotted(catalog, t, how, settings)
-    print(f"connector {name}: running, capturing {len(tables)} table(s)")
+    if by_debezium and wait_snapshot:
+        progress.tick(last=True)
+    print(f"connector {name}: running, capturing {len(tables)} table(s)"
+          + (f"; the snapshot of {len(by_debezium)} table(s) goes on in the connector (`cdc run` applies it as "
+             f"it arrives)" if by_debezium and not wait_snapshot else ""))
+    for t in pending:
+        if t.snapshot == "jdbc":
+            print(f"{t.name}: next, `cdc bootstrap --table {t.name}` reads its rows (its job waits for it)")
+        elif t.snapshot == "never":
+            print(f"{t.name}: no snapshot (snapshot: never): only the changes made from now on reach the target")
+
+
+SNAPSHOT_WAIT_S = 6 * 3600  # how long `register` waits for Debezium's snapshot (--no-wait: not at all)
+PROGRESS_EVERY_S = 10  # how often `register` shows the snapshot's progress
+
+
+class SnapshotProgress:
+    """While `register` waits for Debezium's snapshot: every PROGRESS_EVERY_S, the records
+    the snapshotted tables' topics gained against their estimated rows."""
+
+    def __init__(self, settings: Settings, kind, conn, tables: list[TableRegistration], clock=time.monotonic):
+        self.settings, self.clock = settings, clock
+        self.topics = [topic_for(t.source.name, t) for t in tables]
+        self.estimate = sum(kind.estimate_rows(conn, t) for t in tables)
+        self.base = self._records() if tables else 0
+        self.started = self.shown = clock()
+        self.name = tables[0].name if len(tables) == 1 else f"{len(tables)} tables"
+
+    def _records(self) -> int:
+        return sum(hi for topic in self.topics for _, hi in watermarks(self.settings.kafka_bootstrap, topic).values())
+
+    def tick(self, last: bool = False) -> None:
+        if not self.topics or not (last or self.clock() - self.shown >= PROGRESS_EVERY_S):
+            return
+        self.shown = self.clock()
+        try:
+            rows = max(0, self._records() - self.base)
+        except CdcError:
+            return  # the line waits; the snapshot goes on
+        elapsed = max(self.clock() - self.started, 1e-9)
+        share = min(1.0, rows / max(self.estimate, 1))
+        log(f"snapshot: [{'#' * int(share * 30):<30}] {rows:,} of about {self.estimate:,} rows in Kafka, "
+            f"{rows / elapsed:,.0f} rows/s", table=self.name, event="progress", stream=sys.stdout, rows=rows,
+            estimate=self.estimate)
 
 
 CAPTURE_CHECK_S = 60.0  # how long an updated connector may take to capture a marker before it is rolled back

@@ -56,3 +56,14 @@ def test_register_warns_of_a_retention_too_short_for_the_table_and_of_a_layout_n
 
 def test_kafka_settings_take_a_topics_block():
     assert KafkaSettings(topics={"partitions": 4}).topics.partitions == 4
+
+
+def test_the_initial_snapshot_leaves_out_tables_that_take_none_or_a_bootstrap():
+    tables = [reg("s.a"), reg("s.b").model_copy(update={"snapshot": "never"}),
+              reg("s.c").model_copy(update={"snapshot": "jdbc"})]
+    config = connector_config(settings(), "pg", tables, "ref")
+    assert config["table.include.list"] == "public.cdc_signal,s.a,s.b,s.c"
+    assert config["snapshot.include.collection.list"] == "public.cdc_signal,s.a"
+    assert "snapshot.include.collection.list" not in connector_config(settings(), "pg", tables[:1], "ref")
+    with pytest.raises(ValidationError, match="snapshot"):
+        TableRegistration(name="s.d", source={"schema": "s", "table": "d"}, snapshot="later")
