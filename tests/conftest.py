@@ -218,7 +218,7 @@ def write_config(settings, work: Path, sources: dict) -> Path:
     doc["spark"]["checkpoint_dir"] = str(work / "checkpoints")
     doc["tables_dir"] = str(work / "tables")
     doc["jars_dir"] = str(settings.path(settings.jars_dir))
-    doc["debezium_dir"] = str(settings.path(settings.debezium_dir))
+    doc["debezium_dir"] = str(settings.connector_templates)
     config = work / "cdc.yaml"
     config.write_text(yaml.safe_dump(doc))
     return config

@@ -85,6 +85,8 @@ class ConnectSettings(Frozen):
 
 # The local stack's registry (Apicurio): its Confluent-compatible API and its own.
 REGISTRY_CONFLUENT_API, REGISTRY_NATIVE_API = "/apis/ccompat/v7", "/apis/registry/v2"
+# The Debezium connector templates cdc ships (package data): the default of `debezium_dir`.
+CONNECTOR_TEMPLATES = Path(__file__).resolve().parents[1] / "register" / "templates"
 
 
 class SchemaRegistrySettings(Frozen):
@@ -92,7 +94,7 @@ class SchemaRegistrySettings(Frozen):
     local stack's (`stack.registry_port`)."""
 
     url: str | None = None  # its Confluent-compatible API, where cdc reads writer schemas by id
-    # What the converter template (debezium/avro-converter.json) gets as {converter_url}:
+    # What the converter template (avro-converter.json) gets as {registry_url}:
     # for the local stack's Apicurio registry, its native API; for a Confluent registry, `url`.
     converter_url: str | None = None
 
@@ -104,7 +106,7 @@ class SourceSettings(Frozen):
 
     kind: Literal["postgresql", "mariadb"] = "postgresql"
     # How the connector writes change events: JSON with schemas, or Confluent's Avro wire
-    # format through the schema registry (debezium/avro-converter.json).
+    # format through the schema registry (the connector template avro-converter.json).
     format: Literal["json", "avro"] = "json"
     host: str = "127.0.0.1"
     port: int = Field(5432, ge=1, le=65535)
@@ -308,7 +310,9 @@ class Settings(Frozen):
     masking: MaskingSettings = MaskingSettings()
     tables_dir: Path = Path("tables")
     jars_dir: Path = Path(".cache/jars")  # filled by `make setup` from jvm/pom.xml
-    debezium_dir: Path = Path("debezium")  # connector templates and Connect worker settings
+    # Debezium connector templates (<kind>-connector.json, avro-converter.json); unset: the
+    # ones cdc ships. A directory given here replaces them all.
+    debezium_dir: Path | None = None
 
     @field_validator("sources")
     @classmethod
@@ -324,6 +328,11 @@ class Settings(Frozen):
     @property
     def state_dir(self) -> Path:
         return self.path(self.stack.state_dir)
+
+    @property
+    def connector_templates(self) -> Path:
+        """The directory of the connector templates `register` fills in."""
+        return CONNECTOR_TEMPLATES if self.debezium_dir is None else self.path(self.debezium_dir)
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -345,6 +354,13 @@ class Settings(Frozen):
         if self.schema_registry.converter_url or self.schema_registry.url:
             return (self.schema_registry.converter_url or self.schema_registry.url).rstrip("/")
         return f"http://127.0.0.1:{self.stack.registry_port}{REGISTRY_NATIVE_API}" if self.stack.registry_port else None
+
+    @model_validator(mode="after")
+    def _templates_exist(self) -> "Settings":
+        if self.debezium_dir is not None and not self.connector_templates.is_dir():
+            raise ValueError(f"debezium_dir {str(self.connector_templates)!r} is not a directory: give a directory "
+                             f"of connector templates, or remove the key to use the ones cdc ships")
+        return self
 
     @model_validator(mode="after")
     def _registry_for_avro(self) -> "Settings":

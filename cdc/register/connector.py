@@ -8,8 +8,8 @@ from pathlib import Path
 
 import requests
 
-from cdc.config.models import MIB, Settings, TableRegistration
-from cdc.errors import ConnectorError, DependencyError
+from cdc.config.models import CONNECTOR_TEMPLATES, MIB, Settings, TableRegistration
+from cdc.errors import ConfigError, ConnectorError, DependencyError
 
 AVRO_CONVERTER = "avro-converter.json"  # the converter keys of a source with `format: avro`
 DOWN = ("FAILED", "PAUSED", "STOPPED")  # connector and task states that capture nothing
@@ -41,8 +41,19 @@ def server_id(source: str) -> int:
     return 5400 + zlib.crc32(source.encode()) % 1000
 
 
+def read_template(settings: Settings, name: str) -> dict:
+    """A connector template of `debezium_dir` (default: the ones cdc ships), unfilled."""
+    path = settings.connector_templates / name
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"connector template {path} does not exist",
+                          hint=f"copy {name} from {CONNECTOR_TEMPLATES} into debezium_dir, "
+                               f"or remove debezium_dir from cdc.yaml") from None
+
+
 def connector_config(settings: Settings, source: str, tables: list[TableRegistration], password_ref: str) -> dict:
-    """The connector config from debezium/<kind>-connector.json, filled in."""
+    """The connector config from the template <kind>-connector.json, filled in."""
     src = settings.sources[source]
     include = ",".join(sorted({f"{t.source.schema_}.{t.source.table}" for t in tables} | {src.signal_table}))
     values = {
@@ -58,10 +69,10 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
         template = "postgres-connector.json"
         values.update(slot_name=slot_name(settings, source),
                       publication_name=publication_name(settings, source))
-    doc = json.loads((settings.path(settings.debezium_dir) / template).read_text())
+    doc = read_template(settings, template)
     if src.format == "avro":  # the converter keys of the template, replaced
         doc = {k: v for k, v in doc.items() if not k.startswith(("key.converter", "value.converter"))}
-        doc.update(json.loads((settings.path(settings.debezium_dir) / AVRO_CONVERTER).read_text()))
+        doc.update(read_template(settings, AVRO_CONVERTER))
         values["registry_url"] = settings.registry_converter_url
     config = {k: v.format(**values) if isinstance(v, str) else v for k, v in doc.items()}
     # Registrations that name their key: Debezium keys those tables' records by it.

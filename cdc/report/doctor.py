@@ -5,7 +5,6 @@ what to do. The decisions are pure functions of the values read (tested without 
 database); the per-kind SQL lives in cdc/sources/<kind>_checks.py."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass
 
@@ -367,8 +366,10 @@ def kafka_check(settings: Settings) -> Check:
 
 def connector_class(settings: Settings, kind: str) -> str:
     """The Debezium connector class of a source kind, as its connector template names it."""
+    from cdc.register.connector import read_template
+
     template = "mariadb-connector.json" if kind == "mariadb" else "postgres-connector.json"
-    return json.loads((settings.path(settings.debezium_dir) / template).read_text())["connector.class"]
+    return read_template(settings, template)["connector.class"]
 
 
 def connect_checks(settings: Settings, sources: list[str]) -> list[Check]:
