@@ -52,7 +52,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
               + (f", {len(src.columns)} columns" if created else ""))
         removed_at = None if created else removed_from_capture(settings, catalog, reg)
         if removed_at:
-            log(f"warning: target {shown_name(settings, reg)} was out of capture from {removed_at}: the table is "
+            log(f"target {shown_name(settings, reg)} was out of capture from {removed_at}: the table is "
                 f"snapshotted again, which brings back every source row, but a row deleted at the source meanwhile "
                 f"stays in the target; run `cdc bootstrap --table {reg.name}` once it is registered to make it "
                 f"exact (`cdc reconcile --deep` shows the difference)", table=reg.name, level="warning",
@@ -73,7 +73,7 @@ def warn_topics(settings: Settings, source: str, tables: list[TableRegistration]
     pairs = [(t, topic_for(source, t)) for t in tables]
     found = topic_layout(settings.kafka_bootstrap, [topic for _, topic in pairs])
     for line in layout_warnings(settings.kafka.topics, pairs, found, new):
-        log(f"warning: {line}", level="warning", event="topic-layout")
+        log(line, level="warning", event="topic-layout")
 
 
 def ensure_target(settings: Settings, catalog, reg: TableRegistration, src, dry_run: bool) -> bool:

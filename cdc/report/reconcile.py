@@ -149,7 +149,7 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
     try:
         history.record(catalog, uuid.uuid4().hex[:12], rows)
     except Exception as e:  # noqa: BLE001 - the check stands without its history (a read-only catalog role)
-        log(f"warning: this run was not appended to {history.HISTORY}: {str(e).splitlines()[0][:300]}",
+        log(f"this run was not appended to {history.HISTORY}: {str(e).splitlines()[0][:300]}",
             level="warning", event="history-not-written")
     return rows
 

@@ -37,15 +37,19 @@ EXACTLY_ONCE = ("crash_a", "crash_b", "lost_cp", "rolled", "replayed")
 
 
 def create_tables(env, tables):
+    from cdc.config import load_tables
+    from cdc.register.registrar import register
+
     s = env.schema
     for t in tables:
         env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v text, n numeric(10,2))')
         env.sql(f'INSERT INTO "{s}".{t} SELECT g, \'v\' || g, g FROM generate_series(1, 50) g')
         # small batches for the replayed table, so a replay crosses many batch boundaries
         # (fewer on Delta, whose commits of a few rows cost more)
-        size = 7 if env.sink == "iceberg" else 15
+        size = 12 if env.sink == "iceberg" else 20
         env.register_table(t, options={"max_offsets_per_trigger": size} if t == "replayed" else None)
-        assert env.cdc("register", "--table", f"{s}.{t}") == 0
+    register(env.settings, [load_tables(env.settings, f"{s}.{t}")[0] for t in tables])  # one snapshot for all
+    for t in tables:
         env.replicate(t)
     return env
 
