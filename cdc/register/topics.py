@@ -74,7 +74,7 @@ def describe_configs(client: AdminClient, topics: list[str]) -> dict[str, dict[s
     from confluent_kafka.admin import ConfigResource
 
     out = {}
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in sorted(set(topics))]  # once each
     for resource, fut in (client.describe_configs(resources).items() if resources else ()):
         try:
             out[resource.name] = {k: e.value for k, e in fut.result(30).items()}
@@ -89,7 +89,7 @@ def topic_layout(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, int]
         meta = admin(bootstrap).list_topics(timeout=15).topics
     except KafkaException as e:
         raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
-    present = [t for t in topics if t in meta]
+    present = sorted({t for t in topics if t in meta})
     configs = describe_configs(admin(bootstrap), present)
     return {t: (len(meta[t].partitions), int(configs[t].get(RETENTION_MS) or -1)) for t in present}
 
