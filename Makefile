@@ -24,7 +24,8 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install -q -e '.[test,bench]'
 	@touch $@
 
-$(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom.xml jvm/registry/pom.xml jvm/rest/pom.xml jvm/settings.xml
+$(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom.xml jvm/registry/pom.xml jvm/rest/pom.xml jvm/settings.xml \
+		jvm/transforms/pom.xml $(wildcard jvm/transforms/src/main/java/cdc/connect/*.java)
 	$(MVN) package
 	@touch $@
 

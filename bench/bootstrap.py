@@ -19,7 +19,7 @@ def measure(spark, settings, rows: int) -> dict:
     create_source_table(settings, reg, rows)  # streamed in; then each method reads the table again
     with postgres.connect(settings, reg.source.name) as conn:
         marker = postgres.write_marker(conn, settings.sources[reg.source.name].signal_table)
-    ConnectClient(settings.connect_url).wait_captured(connector_name(reg.source.name), marker, timeout_s=900)
+    ConnectClient.of(settings).wait_captured(connector_name(reg.source.name), marker, timeout_s=900)
     ref = table_ref(settings.catalog.name, reg.target)
     out = {"bootstrap_rows": rows}
     for method in ("jdbc", "debezium"):

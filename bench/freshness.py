@@ -14,6 +14,7 @@ from collections import deque
 
 from confluent_kafka import Consumer, TopicPartition
 
+from cdc.config.clients import kafka_access
 from bench.workload import create_source_table, drop_target, registration
 from cdc.control import commits
 from cdc.jobs.runner import run
@@ -72,10 +73,10 @@ class Writer(threading.Thread):
                 time.sleep(max(0.0, self.started + tick * TICK_S - time.time()))
             self.ended = time.time()
             marker = postgres.write_marker(conn, self.settings.sources[self.reg.source.name].signal_table)
-        ConnectClient(self.settings.connect_url).wait_captured(connector_name(self.reg.source.name), marker)
+        ConnectClient.of(self.settings).wait_captured(connector_name(self.reg.source.name), marker)
 
     def _wait_applied(self, timeout_s: float = 600) -> None:
-        end = {p: hi for p, (_, hi) in watermarks(self.settings.kafka_bootstrap, self.topic).items()}
+        end = {p: hi for p, (_, hi) in watermarks(kafka_access(self.settings), self.topic).items()}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             done = commits.parse_offsets(last_committed(self.catalog.load_table(self.reg.target))).get(self.topic, {})
@@ -100,9 +101,9 @@ def latencies(settings, topic: str, start: dict[int, int], snapshots, since_ms: 
               timeout_s: float = 300) -> list[float]:
     """Seconds from source commit to visible, for each change event from `start` whose
     source commit is at or after `since_ms`."""
-    end = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdc-bench-freshness",
-                         "enable.auto.commit": False})
+    end = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
+    consumer = Consumer(kafka_access(settings).client(**{"group.id": "cdc-bench-freshness",
+                         "enable.auto.commit": False}))
     consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in end])
     out, left = [], sum(end[p] - start.get(p, 0) for p in end)
     deadline = time.monotonic() + timeout_s
@@ -131,7 +132,7 @@ def measure(settings, catalog, rate: int, seconds: float) -> dict:
     register(settings, [reg])
     run(settings, [reg], available_now=True)  # the snapshot of the prefilled rows
     topic = topic_for(reg.source.name, reg)
-    start = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
+    start = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
     writer = Writer(settings, catalog, reg, topic, rate, seconds)
     writer.start()
     run(settings, [reg], available_now=False)

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import In
 
 from bench.workload import fill, initial_rows, registration, timed
+from cdc.config.clients import java_kafka_properties
 from cdc.decoding.spark_decode import decode
 from cdc.sinks.iceberg import table_columns
 
@@ -29,6 +30,7 @@ def stage(spark, settings, catalog, reg, topic: str, work: Path) -> tuple[str, s
     """The batch's decoded changes, and the last change per key, as Parquet."""
     columns, key, _ = table_columns(catalog.load_table(reg.target).properties)
     raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+           .options(**{f"kafka.{k}": v for k, v in java_kafka_properties(settings).items()})
            .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
     events, last = str(work / "events.parquet"), str(work / "last.parquet")
     (decode(raw, columns, key).where("_error IS NULL AND _op IN ('c', 'u', 'r', 'd')")

@@ -13,6 +13,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import functions as F
 
+from cdc.config.clients import kafka_access
 from cdc.config.models import TableRegistration
 from cdc.planning.merge import DELETES_SUFFIX, table_ref
 from cdc.register.connector import ConnectClient, connector_name, topic_for
@@ -71,11 +72,11 @@ def record_template(settings) -> tuple[dict, dict]:
     with postgres.connect(settings, reg.source.name) as conn:
         conn.execute(f"UPDATE {postgres.qualified(reg)} SET v = md5(random()::text), n = n + 1 WHERE id = 0")
         marker = postgres.write_marker(conn, settings.sources[reg.source.name].signal_table)
-    ConnectClient(settings.connect_url).wait_captured(connector_name(reg.source.name), marker)
+    ConnectClient.of(settings).wait_captured(connector_name(reg.source.name), marker)
     topic = topic_for(reg.source.name, reg)
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdc-bench",
-                         "enable.auto.commit": False})
-    end = watermarks(settings.kafka_bootstrap, topic)[0][1]
+    consumer = Consumer(kafka_access(settings).client(**{"group.id": "cdc-bench",
+                         "enable.auto.commit": False}))
+    end = watermarks(kafka_access(settings), topic)[0][1]
     consumer.assign([TopicPartition(topic, 0, end - 1)])
     msg = consumer.poll(30)
     consumer.close()
@@ -121,8 +122,8 @@ def changes(ev: Events, rows: int, count: int, seed: int = 7):
 
 
 def produce(settings, topic: str, events) -> int:
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 50, "batch.size": 1 << 20,
-                         "compression.type": "lz4"})
+    producer = Producer(kafka_access(settings).client(**{"linger.ms": 50, "batch.size": 1 << 20,
+                         "compression.type": "lz4"}))
     n = 0
     for n, (k, v) in enumerate(events, start=1):
         while True:
@@ -154,7 +155,7 @@ def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegist
     columns, key, _ = table_columns(catalog.load_table(template.target).properties)
     if topic is None:
         topic = f"_cdc_bench.{reg.name}.{int(time.time())}"
-        ensure_topics(settings.kafka_bootstrap, [topic], settings.kafka)
+        ensure_topics(kafka_access(settings), [topic], settings.kafka)
     drop_target(settings, catalog, reg)
     ensure_table(catalog, reg, columns, key, topic)
     (initial_rows(spark, rows).writeTo(table_ref(settings.catalog.name, reg.target))

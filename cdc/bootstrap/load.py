@@ -23,6 +23,7 @@ from dataclasses import asdict
 from cdc.bootstrap import jdbc
 from cdc.bootstrap.plan import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNING, START, Bootstrap, SourceSnapshot,
                                 chunk_count, plan_chunks)
+from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.faults import crash_point
@@ -72,10 +73,10 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
             raise ConfigError(f"table {reg.name}: the jdbc bootstrap reads PostgreSQL sources only; source "
                               f"{reg.source.name!r} is {settings.sources[reg.source.name].kind}",
                               hint=f"use `cdc bootstrap --table {reg.name} --method debezium`")
-        ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
+        ends = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
         by_name = {c.name: c for c in columns}
         boot = Bootstrap(uuid.uuid4().hex[:12], method, RUNNING, ends,
-                         topic_id(settings.kafka_bootstrap, topic),
+                         topic_id(kafka_access(settings), topic),
                          key[0] if by_name[key[0]].kind in INTEGER_KINDS else None)
     if boot.method == "jdbc":
         _jdbc(spark, settings, reg, table, boot, columns, key, chunk_rows, fresh=boot is not current)
@@ -164,7 +165,7 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
         _begin(spark, settings, reg, table, boot)
     src = settings.sources[reg.source.name]
     name = connector_name(reg.source.name)
-    client = ConnectClient(settings.connect_url)
+    client = ConnectClient.of(settings)
     kind = module_of(settings, reg.source.name)
     with kind.connect(settings, reg.source.name) as conn:
         estimate = kind.estimate_rows(conn, reg)
@@ -180,7 +181,7 @@ def _debezium(spark, settings: Settings, reg: TableRegistration, table, boot: Bo
         if last or time.monotonic() - shown[0] >= PROGRESS_EVERY_S:
             shown[0] = time.monotonic()
             try:
-                ends = watermarks(settings.kafka_bootstrap, topic)
+                ends = watermarks(kafka_access(settings), topic)
             except DependencyError:
                 return  # the progress line waits; the snapshot goes on
             progress.rows_read(sum(max(0, hi - boot.offsets.get(p, 0)) for p, (_, hi) in ends.items()))

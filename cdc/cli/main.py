@@ -23,7 +23,9 @@ def _stack(args) -> int:
     stack = Stack(load_settings(args.config))
     if args.action == "up":
         stack.up()
-        print(f"stack up: kafka {stack.kafka.bootstrap}, connect {stack.connect.url}, "
+        print(f"stack up: kafka {stack.kafka.bootstrap}"
+              + (f" (SASL_SSL {stack.kafka.sasl_bootstrap})" if stack.kafka.sasl_port else "")
+              + f", connect {stack.connect.url}, "
               f"postgres 127.0.0.1:{stack.postgres.port}"
               + (f", mariadb 127.0.0.1:{stack.mariadb.port}" if stack.settings.stack.mariadb_port else "")
               + (f", schema registry {stack.registry.url}" if stack.settings.stack.registry_port else ""))
@@ -39,6 +41,10 @@ def _stack(args) -> int:
                 state = "healthy" if svc["healthy"] else ("running" if svc["pid"] else "stopped")
                 print(f"{name:9} {state:8} pid={svc['pid'] or '-'}  log={svc['log']}")
             print(f"kafka_bootstrap {status['kafka_bootstrap']}\nconnect_url     {status['connect_url']}")
+            if status["kafka_sasl"]:
+                sasl = status["kafka_sasl"]
+                print(f"kafka_sasl      {sasl['bootstrap']} ({sasl['protocol']} {sasl['sasl_mechanism']}, user "
+                      f"{sasl['username']}, password_file {sasl['password_file']}, ca_file {sasl['ca_file']})")
     return 0
 
 

@@ -38,6 +38,9 @@ class StackSettings(Frozen):
     kafka_heap: str = "512m"
     connect_heap: str = "768m"
     registry_heap: str = "384m"
+    # A second listener of the broker, SASL_SSL with SCRAM-SHA-512 and a certificate made
+    # at `stack up`; the Connect worker then reaches Kafka through it. None: none.
+    kafka_sasl_port: int | None = Field(None, ge=1, le=65535)
     start_timeout_s: int = Field(180, ge=5)
 
 
@@ -67,8 +70,70 @@ class TopicSettings(Frozen):
         return -1 if self.retention_hours is None else self.retention_hours * 3_600_000
 
 
+class KafkaSecurity(Frozen):
+    """How every Kafka client of cdc connects (admin and consumers, Spark's Kafka source,
+    the MariaDB connector's schema history): the protocol, SASL and TLS. Secrets come from
+    the environment (`password: ${KAFKA_PASSWORD}`) or files, never from this file."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    username: str | None = None  # SASL user; OAUTHBEARER: the OAuth client id
+    password: SecretStr | None = None  # SASL password; OAUTHBEARER: the OAuth client secret
+    password_file: Path | None = None
+    token_endpoint_url: str | None = None  # OAUTHBEARER: the identity provider's token endpoint
+    scope: str | None = None  # OAUTHBEARER: the scope asked for, if the provider wants one
+    ca_file: Path | None = None  # TLS: the CA certificate(s) (PEM) the brokers' certificates are checked against
+    keystore_file: Path | None = None  # TLS client authentication: a PKCS#12 file with the key and certificate
+    keystore_password: SecretStr | None = None
+    keystore_password_file: Path | None = None
+    # What connector configs (the MariaDB connector's schema history clients) carry in
+    # place of the SASL password, for a Connect cluster with a config provider, e.g.
+    # "${file:/etc/kafka/secrets.properties:sasl_password}". Unset: the local worker reads
+    # a secrets file cdc writes; a remote one gets the password, with a warning.
+    connector_password_ref: str | None = None
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol.endswith("SSL")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "KafkaSecurity":
+        given = self.model_fields_set
+        if self.sasl:
+            if self.sasl_mechanism is None:
+                raise ValueError(f"protocol {self.protocol} needs sasl_mechanism: PLAIN, SCRAM-SHA-256, "
+                                 f"SCRAM-SHA-512 or OAUTHBEARER")
+            if not self.username:
+                raise ValueError(f"sasl_mechanism {self.sasl_mechanism} needs username"
+                                 + (" (the OAuth client id)" if self.sasl_mechanism == "OAUTHBEARER" else ""))
+            if self.password is None and self.password_file is None:
+                raise ValueError("SASL needs password: ${ENV_NAME} or password_file: PATH")
+            if self.sasl_mechanism == "OAUTHBEARER" and not self.token_endpoint_url:
+                raise ValueError("sasl_mechanism OAUTHBEARER needs token_endpoint_url")
+        else:
+            extra = [k for k in ("sasl_mechanism", "username", "password", "password_file", "token_endpoint_url",
+                                 "scope", "connector_password_ref") if k in given]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only with protocol SASL_SSL or SASL_PLAINTEXT "
+                                 f"(protocol is {self.protocol})")
+        if not self.tls:
+            extra = [k for k in ("ca_file", "keystore_file", "keystore_password", "keystore_password_file")
+                     if k in given]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only with protocol SSL or SASL_SSL (protocol is {self.protocol})")
+        if (self.keystore_password is not None or self.keystore_password_file is not None) \
+                and self.keystore_file is None:
+            raise ValueError("keystore_password without keystore_file")
+        return self
+
+
 class KafkaSettings(Frozen):
     bootstrap_servers: str | None = None  # None: the local stack's broker
+    security: KafkaSecurity = KafkaSecurity()
     topics: TopicSettings = TopicSettings()
     # The largest change record (one row's event, as serialized) that capture carries: the
     # stack's broker, the topics cdc creates, the connectors' producers and the jobs'
@@ -79,7 +144,24 @@ class KafkaSettings(Frozen):
     compression: Literal["zstd", "lz4", "snappy", "gzip", "none"] = "zstd"
 
 
-class ConnectSettings(Frozen):
+class HttpAccess(Frozen):
+    """Credentials and TLS trust of an HTTP service (Kafka Connect's REST API, the schema
+    registry): basic auth with the password from the environment or a file."""
+
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    ca_file: Path | None = None  # the CA certificate(s) (PEM) of an https URL; unset: the system's
+
+    @model_validator(mode="after")
+    def _paired(self) -> "HttpAccess":
+        has_password = self.password is not None or self.password_file is not None
+        if bool(self.username) != has_password:
+            raise ValueError("basic auth needs both username and password (or password_file)")
+        return self
+
+
+class ConnectSettings(HttpAccess):
     url: str | None = None  # None: the local stack's Connect REST API
 
 
@@ -89,7 +171,7 @@ REGISTRY_CONFLUENT_API, REGISTRY_NATIVE_API = "/apis/ccompat/v7", "/apis/registr
 CONNECTOR_TEMPLATES = Path(__file__).resolve().parents[1] / "register" / "templates"
 
 
-class SchemaRegistrySettings(Frozen):
+class SchemaRegistrySettings(HttpAccess):
     """The Confluent-compatible schema registry of sources with `format: avro`. Unset: the
     local stack's (`stack.registry_port`)."""
 
@@ -268,6 +350,15 @@ class MaskingSettings(Frozen):
 
     key: SecretStr | None = None
     key_file: Path | None = None
+    # Text columns are hashed by the connector (cdc's MaskColumns transformation, the same
+    # hash), so Kafka and the dead letters never hold their clear values; other masked
+    # columns are hashed by the job. false: every masked column is hashed by the job (a
+    # Connect cluster without the transformation's jar).
+    in_connector: bool = True
+    # What a remote Connect cluster's connector config carries for the key: a config
+    # provider reference, e.g. "${file:/etc/kafka/secrets.properties:cdc_mask_key}". The
+    # local worker reads a secrets file cdc writes.
+    connector_key_ref: str | None = None
 
 
 class DeltaSettings(Frozen):

@@ -19,7 +19,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from cdc.errors import DependencyError
+from cdc.config.clients import HttpClient, http_client
+from cdc.errors import ConfigError, DependencyError
 
 HEADER_BYTES = 5
 NOT_AVRO = "not a Confluent Avro record"
@@ -30,11 +31,17 @@ class SchemaRegistry:
     """Writer schemas by id from a Confluent-compatible registry (`GET /schemas/ids/<id>`),
     cached for the life of the process (a schema id never changes meaning)."""
 
-    def __init__(self, url: str, timeout_s: float = 15):
+    def __init__(self, url: str, timeout_s: float = 15, http: HttpClient = HttpClient()):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.http = http
         self._schemas: dict[int, str | None] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, settings, timeout_s: float = 15) -> "SchemaRegistry":
+        """The client of the configured registry with its credentials and TLS trust."""
+        return cls(settings.registry_url, timeout_s, http_client(settings, settings.schema_registry, "schema_registry"))
 
     def schema(self, schema_id: int, attempts: int = 3, sleep=time.sleep) -> str | None:
         """The schema's JSON text, or None when the registry has no schema of that id. A
@@ -46,10 +53,14 @@ class SchemaRegistry:
                 return self._schemas[schema_id]
         for attempt in range(attempts):
             try:
-                r = requests.get(f"{self.url}/schemas/ids/{int(schema_id)}", timeout=self.timeout_s)
+                r = requests.get(f"{self.url}/schemas/ids/{int(schema_id)}", timeout=self.timeout_s,
+                                 auth=self.http.auth, verify=self.http.verify)
             except requests.RequestException as e:
                 raise DependencyError(f"the schema registry at {self.url} is unreachable: {e}",
                                       hint="start it (`cdc stack up`) or set schema_registry.url in cdc.yaml") from None
+            if r.status_code in (401, 403):
+                raise ConfigError(f"the schema registry at {self.url} refused cdc's credentials (HTTP {r.status_code})",
+                                  hint="check schema_registry.username and password (or password_file) in cdc.yaml")
             if r.ok:
                 text = r.json()["schema"]
                 with self._lock:

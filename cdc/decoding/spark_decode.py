@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from cdc.decoding.envelope import Operation
 from cdc.planning.position import ROW_BITS
+from cdc.planning.protect import MASKED_HEADER, MASKED_UPSTREAM
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sources.types import Column, placeholder_sql, toastable
 
@@ -127,6 +128,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
         (_header(NEW_KEY).isNotNull() if headers else F.lit(False)).alias("_new_key"),
+        *([_header(MASKED_HEADER).alias(MASKED_UPSTREAM)] if headers else []),
         (refused if refused is not None else F.lit(None).cast("string")).alias("_refused"), *kept,
     )
     # Only a record without a typed op is read again, loosely, every field as text: an
@@ -201,6 +203,7 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
         error.alias("_error"), error_class.alias("_error_class"), *[F.col("_schema") for _ in kept],
+        *([F.col(MASKED_UPSTREAM)] if headers else []),
     )
     # Wire values into target types (dates, timestamps, bytes); a changed row with a value
     # that has no exact target value (a decimal NaN, overflow or extra digits) is bad.

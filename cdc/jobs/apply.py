@@ -114,7 +114,6 @@ class TableApplier:
     dead_letters_ref: str | None = None
     source_kind: str = "postgresql"  # how the events' source block gives their position
     registry: avro.SchemaRegistry | None = None  # set when the topic is in Confluent's Avro wire format
-    kafka_bootstrap: str | None = None  # where the newest records' schemas are read (else a scan of the batch)
     mode: str = "upsert"  # upsert, history or soft_delete (TableRegistration.mode)
     excluded: tuple[str, ...] = ()  # source columns never decoded nor added to the target
     masked: tuple[str, ...] = ()  # columns stored as their keyed hash (planning/protect.py)

@@ -9,11 +9,15 @@ import re
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control.gaps import REFILL
-from cdc.errors import ApplyError, CdcError, DependencyError
+from cdc.errors import ApplyError, CdcError, ConfigError, DependencyError
 
 KAFKA = re.compile(r"org\.apache\.kafka\.common\.(?:errors\.(?:TimeoutException|NetworkException|DisconnectException)"
                    r"|KafkaException)|Timed out waiting for a node assignment|Failed to construct kafka"
                    r"|Broker transport failure")
+# Kafka refused cdc's credentials or TLS handshake: a configuration error, not an outage.
+KAFKA_REFUSED = re.compile(r"org\.apache\.kafka\.common\.errors\.(?:SaslAuthenticationException|SslAuthenticationException"
+                           r"|AuthenticationException|TopicAuthorizationException|GroupAuthorizationException"
+                           r"|ClusterAuthorizationException)[^\n]*")
 CATALOG = re.compile(r"Failed to load catalog|UncheckedSQLException: Failed to connect|SQLITE_CANTOPEN"
                      r"|org\.apache\.iceberg\.exceptions\.(?:RESTException|ServiceUnavailableException"
                      r"|ServiceFailureException)")
@@ -44,6 +48,12 @@ def _diagnose(settings: Settings, reg: TableRegistration | None, name: str, text
         return ApplyError(f"table {name}: Kafka no longer holds offsets the job has not applied "
                           f"({_cause(text)[:500]})",
                           hint="the gap cannot be replayed from Kafka; " + REFILL.format(table=name), table=name)
+    refused = KAFKA_REFUSED.search(text)
+    if refused:
+        return ConfigError(f"table {name}: Kafka at {settings.kafka_bootstrap} refused cdc: {refused.group(0)[:500]}",
+                           hint="check kafka.security in cdc.yaml (protocol, sasl_mechanism, username, password, "
+                                "ca_file; files must exist where Spark's executors run) and the user's ACLs",
+                           table=name)
     outage = _outage(settings, reg, text)
     if outage is not None:
         outage.table = name

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc.bootstrap.plan import check_not_running
+from cdc.config.clients import java_kafka_properties, kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
@@ -72,7 +73,7 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
         raise ApplyError(f"table {reg.name} is registered with `snapshot: jdbc` and its rows have not been read yet",
                          hint=f"run `cdc bootstrap --table {reg.name}` (it fills the target, then the job streams on)",
                          table=reg.name)
-    if topic not in existing_topics(settings.kafka_bootstrap):
+    if topic not in existing_topics(kafka_access(settings)):
         raise ApplyError(f"Kafka topic {topic} of table {reg.name} does not exist",
                          hint=f"run `cdc register --table {reg.name}` (it creates the topic and the connector)")
     summary = table.last_committed_summary()
@@ -82,8 +83,8 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
                          f"tell where to resume",
                          hint=f"re-apply the topic: `cdc replay --table {reg.name} --from-earliest`")
     committed = commits.parse_offsets(summary).get(topic, {})
-    current_id = topic_id(settings.kafka_bootstrap, topic)
-    check_offsets_available(reg.name, topic, committed, watermarks(settings.kafka_bootstrap, topic),
+    current_id = topic_id(kafka_access(settings), topic)
+    check_offsets_available(reg.name, topic, committed, watermarks(kafka_access(settings), topic),
                             (summary or {}).get(commits.TOPIC_ID), current_id)
     return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None,
                   target_mask_key(settings, reg, properties))
@@ -108,6 +109,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
     `applier_type` (the benchmark swaps the apply step for an append)."""
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+              .options(**{f"kafka.{k}": v for k, v in java_kafka_properties(settings).items()})
               .option("subscribe", target.topic)
               .option("failOnDataLoss", "true")
               .option("includeHeaders", "true")  # a key change's two events carry theirs
@@ -125,7 +127,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            delete_horizon_hours=reg.options.delete_horizon_hours,
                            source_kind=settings.sources[reg.source.name].kind,
                            registry=registry_of(settings, reg),
-                           kafka_bootstrap=settings.kafka_bootstrap, mode=reg.mode, excluded=reg.exclude,
+                           mode=reg.mode, excluded=reg.exclude,
                            masked=reg.mask, mask_key=target.mask_key,
                            format_version=settings.catalog.format_version).prepare(spark)
     gate = _gates[reg.name] = BatchGate(applier)
@@ -187,7 +189,9 @@ def registry_of(settings: Settings, reg: TableRegistration) -> SchemaRegistry | 
     cache of schemas is shared), else None."""
     if settings.sources[reg.source.name].format != "avro":
         return None
-    return _registries.setdefault(settings.registry_url, SchemaRegistry(settings.registry_url))
+    if settings.registry_url not in _registries:
+        _registries[settings.registry_url] = SchemaRegistry.of(settings)
+    return _registries[settings.registry_url]
 
 
 def start_query(spark, settings: Settings, reg: TableRegistration, available_now: bool):
@@ -201,7 +205,7 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
         log(f"checkpoint {checkpoint} belongs to another topic; moved to {aside}, resuming from the table's "
             f"committed offsets", table=reg.name, event="checkpoint-moved", level="warning", stream=sys.stdout)
     if target.committed:  # partitions the table has not seen yet start at their earliest offset
-        partitions = sorted(watermarks(settings.kafka_bootstrap, target.topic))
+        partitions = sorted(watermarks(kafka_access(settings), target.topic))
         start = replay_window(target.topic, partitions, offsets=json.dumps({str(p): o for p, o in
                                                                            target.committed.items()}))
     else:
@@ -219,11 +223,11 @@ def replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
 
 def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
     topic = topic_for(reg.source.name, reg)
-    check_start(topic, watermarks(settings.kafka_bootstrap, topic),  # before Spark starts
-                offsets_at=lambda ms: offsets_at(settings.kafka_bootstrap, topic, ms), **window_args)
+    check_start(topic, watermarks(kafka_access(settings), topic),  # before Spark starts
+                offsets_at=lambda ms: offsets_at(kafka_access(settings), topic, ms), **window_args)
     spark = get_session(settings).newSession()
     target = open_target(spark, settings, reg)
-    start = replay_window(target.topic, sorted(watermarks(settings.kafka_bootstrap, target.topic)), **window_args)
+    start = replay_window(target.topic, sorted(watermarks(kafka_access(settings), target.topic)), **window_args)
     checkpoint = settings.path(settings.spark.checkpoint_dir) / f"{reg.name}.replay-{int(time.time() * 1000)}"
     query = stream_query(spark, settings, reg, target, checkpoint, start, available_now=True,
                          skip_committed=False)
@@ -250,7 +254,7 @@ def read_lag(settings: Settings, reg: TableRegistration) -> int | None:
     the records left in all partitions (None: unknown now)."""
     topic = topic_for(reg.source.name, reg)
     try:
-        ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()}
+        ends = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
     except CdcError:
         return None
     done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
@@ -278,7 +282,7 @@ def watch_kafka(settings: Settings, reachable: dict[str, bool]) -> bool:
     """Whether Kafka answers; one log line when it stops answering and one when it is back
     (the queries wait for it meanwhile)."""
     try:
-        existing_topics(settings.kafka_bootstrap, timeout_s=LAG_EVERY_S)
+        existing_topics(kafka_access(settings), timeout_s=LAG_EVERY_S)
         up, reason = True, None
     except CdcError as e:
         up, reason = False, e.message

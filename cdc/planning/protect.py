@@ -1,6 +1,8 @@
-"""Columns that never reach the lake in clear. An excluded column is not decoded and has no
-target column; a masked one is stored as HMAC-SHA256(key, its value as text), in hex,
-computed by Spark expressions before any write. Pure: SQL text from names and a key."""
+"""Columns that never reach the lake in clear. An excluded column is left out by the
+connector (`column.exclude.list`) and has no target column; a masked one is stored as
+HMAC-SHA256(key, its value as text), in hex: a text column hashed by the connector
+(MaskColumns, jvm/transforms), so Kafka never holds it in clear, any other by Spark
+expressions before any write. Pure: SQL text from names and a key."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +13,9 @@ from cdc.errors import ConfigError
 from cdc.sources.types import Column
 
 BLOCK = 64  # SHA-256's block size, in bytes (RFC 2104)
+# The columns the connector hashed already (cdc's MaskColumns transformation), as a header;
+# decoded changes keep it as MASKED_UPSTREAM for `mask_columns`, which hashes the others.
+MASKED_HEADER, MASKED_UPSTREAM = "cdc.masked", "_masked_upstream"
 
 
 def hmac_sql(value_sql: str, key: bytes) -> str:
@@ -25,13 +30,32 @@ def hmac_sql(value_sql: str, key: bytes) -> str:
 
 
 def mask_columns(df, masked: tuple[str, ...], key: bytes | None):
-    """`df` (a Spark DataFrame) with each masked column replaced by its hash."""
-    if not masked:
-        return df
+    """`df` (a Spark DataFrame) with each masked column replaced by its hash, except where
+    the connector hashed it already: decoded changes carry MaskColumns' header as
+    MASKED_UPSTREAM ("<key fingerprint>:<column>,<column>"), dropped here. A change the
+    connector hashed with another key than `key` is bad (`mask-key-mismatch`)."""
     from pyspark.sql import functions as F
 
     from cdc.planning.sql import q
-    return df.withColumns({c: F.expr(hmac_sql(q(c), key)) for c in masked})
+    upstream = MASKED_UPSTREAM in df.columns
+    if masked:
+        hashed = {c: F.expr(hmac_sql(q(c), key)) for c in masked}
+        if upstream:
+            header = F.col(MASKED_UPSTREAM)
+            done = F.split(F.substring_index(header, ":", -1), ",")
+            hashed = {c: F.when(F.coalesce(F.array_contains(done, c), F.lit(False)),
+                                F.col(c).cast("string")).otherwise(h) for c, h in hashed.items()}
+            expected = key_fingerprint(key)
+            other = header.isNotNull() & (F.substring_index(header, ":", 1) != F.lit(expected)) \
+                & F.col("_error").isNull()
+            df = df.withColumns({
+                "_error": F.when(other, F.concat(
+                    F.lit("the connector hashed this change's masked columns with another masking key (fingerprint "),
+                    F.substring_index(header, ":", 1), F.lit(f") than the target's ({expected}): give the Connect "
+                                                             f"workers cdc's masking key"))).otherwise(F.col("_error")),
+                "_error_class": F.when(other, F.lit("mask-key-mismatch")).otherwise(F.col("_error_class"))})
+        df = df.withColumns(hashed)
+    return df.drop(MASKED_UPSTREAM) if upstream else df
 
 
 def mask_value(value: str, key: bytes) -> str:

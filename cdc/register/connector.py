@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import re
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import requests
 
+from cdc.config.clients import HttpClient, http_client, java_kafka_properties
 from cdc.config.models import CONNECTOR_TEMPLATES, MIB, Settings, TableRegistration
 from cdc.errors import ConfigError, ConnectorError, DependencyError
 
@@ -52,8 +55,12 @@ def read_template(settings: Settings, name: str) -> dict:
                                f"or remove debezium_dir from cdc.yaml") from None
 
 
-def connector_config(settings: Settings, source: str, tables: list[TableRegistration], password_ref: str) -> dict:
-    """The connector config from the template <kind>-connector.json, filled in."""
+def connector_config(settings: Settings, source: str, tables: list[TableRegistration], password_ref: str,
+                     kafka_secrets: dict[str, str] | None = None, mask_key_ref: str | None = None) -> dict:
+    """The connector config from the template <kind>-connector.json, filled in.
+    `kafka_secrets` (password, keystore_password): what a MariaDB connector's schema
+    history clients carry for the Kafka secrets (references; unset: the secrets).
+    `mask_key_ref`: the masking key's reference, when the connector masks (`protection_config`)."""
     src = settings.sources[source]
     include = ",".join(sorted({f"{t.source.schema_}.{t.source.table}" for t in tables} | {src.signal_table}))
     values = {
@@ -79,12 +86,52 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
     explicit = sorted(f"{t.source.schema_}.{t.source.table}:{','.join(t.key)}" for t in tables if t.key)
     if explicit:
         config["message.key.columns"] = ";".join(explicit)
+    if src.kind == "mariadb" and settings.kafka.security.protocol != "PLAINTEXT":
+        props = java_kafka_properties(settings, **(kafka_secrets or {}))
+        for prefix in ("schema.history.internal.producer.", "schema.history.internal.consumer."):
+            config.update({prefix + k: v for k, v in props.items()})
+    config.update(protection_config(settings, tables, config, mask_key_ref))
     config.update(record_size_config(settings))
     config.update(topic_creation_config(settings))
     snapshotted = {f"{t.source.schema_}.{t.source.table}" for t in tables if t.snapshot == "initial"}
     if len(snapshotted) < len(include.split(",")) - 1:  # a table the initial snapshot leaves out
         config["snapshot.include.collection.list"] = ",".join(sorted(snapshotted | {src.signal_table}))
     return config
+
+
+MASK_TRANSFORM, MASK_CLASS = "cdcmask", "cdc.connect.MaskColumns"
+# A column name the connector settings can carry (their lists are comma-separated, and
+# MaskColumns reads schema.table.column); another is protected by the jobs alone.
+LISTABLE = re.compile(r"[^,.:\s]+")
+
+
+def protection_config(settings: Settings, tables: list[TableRegistration], config: dict,
+                      mask_key_ref: str | None) -> dict:
+    """Registrations' `exclude` columns left out by the connector (`column.exclude.list`),
+    and their `mask` columns hashed by it (MaskColumns, first of the transformations), so
+    neither reaches Kafka in clear. A source table several registrations read gets what
+    they all exclude or mask: the jobs protect the rest."""
+    readers: dict[str, list[TableRegistration]] = {}
+    for t in tables:
+        readers.setdefault(f"{t.source.schema_}.{t.source.table}", []).append(t)
+
+    def common(columns_of) -> list[str]:
+        return sorted(f"{table}.{c}" for table, regs in readers.items()
+                      for c in set.intersection(*(set(columns_of(r)) for r in regs)) if LISTABLE.fullmatch(c))
+
+    out = {}
+    excluded = common(lambda r: r.exclude)
+    if excluded:
+        out["column.exclude.list"] = ",".join(re.escape(c) for c in excluded)
+    masked = common(lambda r: r.mask)
+    if masked and settings.masking.in_connector and mask_key_ref:
+        out["transforms"] = ",".join([MASK_TRANSFORM, *[t for t in config.get("transforms", "").split(",") if t]])
+        out[f"transforms.{MASK_TRANSFORM}.type"] = MASK_CLASS
+        out[f"transforms.{MASK_TRANSFORM}.columns"] = ",".join(masked)
+        out[f"transforms.{MASK_TRANSFORM}.key.password"] = mask_key_ref
+        if "unavailable.value.placeholder" in config:  # a template's own: left as it is
+            out[f"transforms.{MASK_TRANSFORM}.unavailable.value.placeholder"] = config["unavailable.value.placeholder"]
+    return out
 
 
 def topic_creation_config(settings: Settings) -> dict:
@@ -109,16 +156,27 @@ def record_size_config(settings: Settings) -> dict:
 
 
 class ConnectClient:
-    def __init__(self, url: str, timeout_s: float = 30):
+    def __init__(self, url: str, timeout_s: float = 30, http: HttpClient = HttpClient()):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.http = http
+
+    @classmethod
+    def of(cls, settings: Settings, timeout_s: float = 30) -> "ConnectClient":
+        """The client of `connect.url` with its credentials and TLS trust."""
+        return cls(settings.connect_url, timeout_s, http_client(settings, settings.connect, "connect"))
 
     def _call(self, method: str, path: str, **kw) -> requests.Response:
         try:
-            return requests.request(method, f"{self.url}{path}", timeout=self.timeout_s, **kw)
+            r = requests.request(method, f"{self.url}{path}", timeout=self.timeout_s, auth=self.http.auth,
+                                 verify=self.http.verify, **kw)
         except requests.RequestException as e:
             raise DependencyError(f"Kafka Connect at {self.url} is unreachable: {e}",
                                  hint="start it (`cdc stack up`) or set connect.url in cdc.yaml") from None
+        if r.status_code in (401, 403):
+            raise ConfigError(f"Kafka Connect at {self.url} refused cdc's credentials (HTTP {r.status_code})",
+                              hint="check connect.username and connect.password (or password_file) in cdc.yaml")
+        return r
 
     def put_config(self, name: str, config: dict) -> None:
         r = self._call("PUT", f"/connectors/{name}/config", json=config)
@@ -137,9 +195,10 @@ class ConnectClient:
         r = self._call("GET", f"/connectors/{name}/status")
         return r.json() if r.ok else None
 
-    def plugins(self) -> set[str]:
-        """The classes of the connector plugins the worker has installed."""
-        r = self._call("GET", "/connector-plugins")
+    def plugins(self, connectors_only: bool = True) -> set[str]:
+        """The classes of the connector plugins the worker has installed (and of its
+        transformations, converters and predicates, with `connectors_only` false)."""
+        r = self._call("GET", "/connector-plugins" + ("" if connectors_only else "?connectorsOnly=false"))
         if not r.ok:
             raise ConnectorError(f"Kafka Connect at {self.url} answered HTTP {r.status_code} for /connector-plugins",
                                  hint="see the Connect worker's log (`cdc stack status` names it)")
@@ -256,6 +315,9 @@ def write_secret(dir_: Path, source: str, value: str) -> str:
     path = dir_ / f"{source}.properties"
     escaped = (value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
                .replace("\t", "\\t"))
+    # \uXXXX (UTF-16 units) for anything beyond ASCII: read the same in any encoding
+    escaped = "".join(c if ord(c) < 128 else "".join(f"\\u{u:04x}" for u in struct.unpack(
+        f">{len(c.encode('utf-16-be')) // 2}H", c.encode("utf-16-be"))) for c in escaped)
     if escaped.startswith(" "):
         escaped = "\\" + escaped  # a leading blank would be taken as separator whitespace
     path.write_text("password=" + escaped + "\n")

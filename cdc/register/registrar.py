@@ -7,12 +7,14 @@ from __future__ import annotations
 import sys
 import time
 
+from cdc.config.clients import (SECRET_PROPERTIES, jaas_quoted, kafka_access, kafka_keystore_password,
+                               kafka_password)
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import CdcError, ConfigError, ConnectorError
-from cdc.planning.protect import mask_key
-from cdc.register.connector import (DOWN, ConnectClient, connector_config, connector_name, secret_file_ref,
-                                    topic_for, write_secret)
+from cdc.planning.protect import check_mask_key, mask_key
+from cdc.register.connector import (DOWN, MASK_CLASS, ConnectClient, connector_config, connector_name,
+                                    secret_file_ref, topic_for, write_secret)
 from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_layout, watermarks
 from cdc.report.capture import format_text, retrying_cause, source_capture, task_error
 from cdc.report.log import log
@@ -58,7 +60,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
                 f"exact (`cdc reconcile --deep` shows the difference)", table=reg.name, level="warning",
                 event="capture-was-removed")
 
-    client = ConnectClient(settings.connect_url)
+    client = ConnectClient.of(settings)
     for source in sorted({r.source.name for r in selected}):
         tables = captured(settings, client, source, selected)
         if dry_run:
@@ -71,7 +73,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
 def warn_topics(settings: Settings, source: str, tables: list[TableRegistration], new: set[str]) -> None:
     """The table topics' partitions and retention against cdc.yaml and the tables' needs."""
     pairs = [(t, topic_for(source, t)) for t in tables]
-    found = topic_layout(settings.kafka_bootstrap, [topic for _, topic in pairs])
+    found = topic_layout(kafka_access(settings), [topic for _, topic in pairs])
     for line in layout_warnings(settings.kafka.topics, pairs, found, new):
         log(line, level="warning", event="topic-layout")
 
@@ -120,7 +122,7 @@ def captured(settings: Settings, client: ConnectClient, source: str,
 
 def _plan_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration]) -> None:
     """Print the topics and the connector configuration `_register_source` would write."""
-    missing = sorted({topic_for(source, t) for t in tables} - existing_topics(settings.kafka_bootstrap))
+    missing = sorted({topic_for(source, t) for t in tables} - existing_topics(kafka_access(settings)))
     shape = settings.kafka.topics
     for topic in missing:
         print(f"topic {topic} would be created: {shape.partitions} partition(s), replication factor "
@@ -128,7 +130,7 @@ def _plan_source(settings: Settings, client: ConnectClient, source: str, tables:
               f"retention {'for ever' if shape.retention_hours is None else f'{shape.retention_hours} h'}")
     name = connector_name(source)
     previous = client.config(name)
-    config = connector_config(settings, source, tables, secret_ref(settings, source) or MASK)
+    config = source_connector_config(settings, source, tables, shown=True)
     if previous is None:
         print(f"connector {name} would be created, capturing {len(tables)} table(s):")
     changes = [(k, (previous or {}).get(k), config.get(k)) for k in sorted(set(config) | set(previous or {}))
@@ -136,7 +138,8 @@ def _plan_source(settings: Settings, client: ConnectClient, source: str, tables:
     if previous is not None:
         print(f"connector {name}: " + ("would change:" if changes else "unchanged"))
     for k, old, new in changes:
-        shown = [MASK if v is not None and "password" in k else v for v in (old, new)]
+        shown = [MASK if v is not None and ("password" in k or k.endswith(SECRET_PROPERTIES)) else v
+                 for v in (old, new)]
         print(f"  {k}: {shown[1]}" if previous is None else f"  {k}: {shown[0]} -> {shown[1]}")
 
 
@@ -164,18 +167,111 @@ def connector_secret(settings: Settings, source: str) -> str:
     return password(settings, src, source)
 
 
+def connector_kafka_secrets(settings: Settings, source: str, shown: bool = False) -> dict[str, str]:
+    """What a MariaDB connector's schema history clients carry for the Kafka secrets: a
+    config provider reference (`kafka.security.connector_password_ref`; for the local
+    worker, a secrets file cdc writes), else the secret itself, with a warning. `shown`:
+    for printing, where nothing is written and an unreferenced secret is masked."""
+    sec = settings.kafka.security
+    if settings.sources[source].kind != "mariadb" or sec.protocol == "PLAINTEXT":
+        return {}
+    local = settings.connect.url is None
+    secrets_dir = settings.state_dir / "connect" / "secrets"
+    # the SASL password is stored as the JAAS line it is substituted into takes it
+    found = {"password": (sec.connector_password_ref, "kafka-sasl", lambda s: jaas_quoted(kafka_password(s)))
+             if sec.sasl else None,
+             "keystore_password": (None, "kafka-keystore", kafka_keystore_password)
+             if sec.keystore_file is not None else None}
+    out = {}
+    for key, spec in found.items():
+        if spec is None:
+            continue
+        ref, file_name, read = spec
+        if ref:
+            out[key] = ref
+        elif local:
+            out[key] = secret_file_ref(secrets_dir, file_name) if shown else \
+                write_secret(secrets_dir, file_name, read(settings) or "")
+        elif shown:
+            out[key] = MASK
+        else:
+            print(f"warning: source {source}: the Kafka {key.replace('_', ' ')} goes into the connector config of "
+                  f"{settings.connect_url} (Debezium's schema history clients), where its REST API shows it"
+                  + ("; set kafka.security.connector_password_ref to a config provider reference instead"
+                     if key == "password" else ""), file=sys.stderr)
+    return out
+
+
+def connector_mask_key(settings: Settings, tables: list[TableRegistration], shown: bool = False) -> str | None:
+    """The masking key's reference in the connector config, when the connector masks
+    (`masking.in_connector` and a table with `mask` columns): `masking.connector_key_ref`,
+    or for the local worker a secrets file cdc writes. A remote worker without a reference
+    is refused: its REST API would show the key."""
+    masking = [t for t in tables if t.mask]
+    m = settings.masking
+    if not masking or not m.in_connector:
+        return None
+    if m.connector_key_ref:
+        return m.connector_key_ref
+    if settings.connect.url is not None:
+        raise ConfigError(f"table {masking[0].name} masks columns in the connector of {settings.connect_url}, whose "
+                          f"config would show the masking key",
+                          hint="set masking.connector_key_ref to a config provider reference the workers resolve "
+                               "(e.g. ${file:/etc/kafka/secrets.properties:cdc_mask_key}), or masking.in_connector: "
+                               "false to hash in the jobs only (then Kafka holds the clear values)")
+    secrets_dir = settings.state_dir / "connect" / "secrets"
+    if shown:
+        return secret_file_ref(secrets_dir, "masking-key")
+    key = mask_key(settings, masking[0])
+    from cdc.report.status import found_target
+
+    catalog = load_catalog(settings)
+    for t in masking:  # every target the connector's hashes reach was made with this key
+        found = found_target(settings, catalog, t)
+        check_mask_key(t, found["properties"] if found else {}, key)
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("the masking key is not UTF-8 text, which the connector's MaskColumns takes",
+                          hint="use a text key (e.g. `openssl rand -hex 32`), or masking.in_connector: false") from None
+    return write_secret(secrets_dir, "masking-key", text)
+
+
+def source_connector_config(settings: Settings, source: str, tables: list[TableRegistration],
+                            shown: bool = False) -> dict:
+    """The connector config of `source` capturing `tables`, its secrets as references
+    (written where the local worker reads them). `shown`: for printing, where nothing is
+    written and a secret without a reference is masked."""
+    password = (secret_ref(settings, source) or MASK) if shown else connector_secret(settings, source)
+    return connector_config(settings, source, tables, password, connector_kafka_secrets(settings, source, shown),
+                            connector_mask_key(settings, tables, shown))
+
+
+def check_plugins(settings: Settings, client: ConnectClient, config: dict) -> None:
+    """The worker has the transformation the connector config names (cdc's MaskColumns):
+    refused before the config is written, since a connector that cannot load it captures
+    nothing."""
+    if MASK_CLASS in config.values() and MASK_CLASS not in client.plugins(connectors_only=False):
+        raise ConfigError(f"Kafka Connect at {settings.connect_url} does not have cdc's {MASK_CLASS} transformation, "
+                          f"which hashes the masked columns before Kafka",
+                          hint="copy the directory cdc-transforms (`make setup` builds it into "
+                               ".cache/jars/connect-plugins/) under the workers' plugin.path and restart them, or set "
+                               "masking.in_connector: false to hash in the jobs only")
+
+
 def _register_source(settings: Settings, client: ConnectClient, source: str, tables: list[TableRegistration],
                      wait_snapshot: bool) -> None:
     src = settings.sources[source]
     name = connector_name(source)
-    config = connector_config(settings, source, tables, connector_secret(settings, source))
+    config = source_connector_config(settings, source, tables)
+    check_plugins(settings, client, config)
     previous = client.config(name)
     catalog = load_catalog(settings)
     kind = module_of(settings, source)
     with kind.connect(settings, source) as conn:
         kind.check_binlog(conn, source)
         kind.ensure_signal_table(conn, src.signal_table)
-        ensure_topics(settings.kafka_bootstrap, [topic_for(source, t) for t in tables], settings.kafka)
+        ensure_topics(kafka_access(settings), [topic_for(source, t) for t in tables], settings.kafka)
         down = client.not_running(name)
         client.put_config(name, config)
         _restart(client, name, down)  # what the new config did not restart already
@@ -236,7 +332,7 @@ class SnapshotProgress:
         self.name = tables[0].name if len(tables) == 1 else f"{len(tables)} tables"
 
     def _records(self) -> int:
-        return sum(hi for topic in self.topics for _, hi in watermarks(self.settings.kafka_bootstrap, topic).values())
+        return sum(hi for topic in self.topics for _, hi in watermarks(kafka_access(self.settings), topic).values())
 
     def tick(self, last: bool = False) -> None:
         if not self.topics or not (last or self.clock() - self.shown >= PROGRESS_EVERY_S):
@@ -301,7 +397,7 @@ def restart_capture(settings: Settings, source: str | None = None) -> None:
         raise ConfigError(f"source {source!r} is not in cdc.yaml",
                           hint=f"sources: {', '.join(sorted(settings.sources))}")
     sources = [source] if source else sorted({t.source.name for t in load_tables(settings)})
-    client = ConnectClient(settings.connect_url)
+    client = ConnectClient.of(settings)
     captures = []
     for name in sources:
         connector = connector_name(name)

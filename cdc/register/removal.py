@@ -11,13 +11,14 @@ import datetime as dt
 import shutil
 
 from cdc.config.loader import load_tables
+from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import jobstate
 from cdc.errors import ConnectorError
 from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
 from cdc.planning.merge import DELETES_SUFFIX
-from cdc.register.connector import ConnectClient, connector_config, connector_name, topic_for
-from cdc.register.registrar import captured, connector_secret
+from cdc.register.connector import ConnectClient, connector_name, topic_for
+from cdc.register.registrar import captured, check_plugins, source_connector_config
 from cdc.register.topics import delete_topics
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
@@ -48,7 +49,7 @@ def remove(settings: Settings, reg: TableRegistration, drop_target: bool = False
 def _out_of_capture(settings: Settings, reg: TableRegistration) -> list[str]:
     """The source's connector without the table: narrowed, or retired with what the source
     keeps for capture when no table is left."""
-    source, client = reg.source.name, ConnectClient(settings.connect_url)
+    source, client = reg.source.name, ConnectClient.of(settings)
     name = connector_name(source)
     previous = client.config(name)
     if previous is None:
@@ -64,7 +65,8 @@ def _out_of_capture(settings: Settings, reg: TableRegistration) -> list[str]:
         with kind.connect(settings, source) as conn:
             released = kind.release_capture(conn, settings, source)
         return [f"connector {name} deleted (its last table)"] + [f"{what} dropped" for what in released]
-    config = connector_config(settings, source, left, connector_secret(settings, source))
+    config = source_connector_config(settings, source, left)
+    check_plugins(settings, client, config)
     client.put_config(name, config)
     client.wait_task_config(name, "table.include.list", config["table.include.list"])
     client.wait_running(name)
@@ -110,6 +112,6 @@ def _drop(settings: Settings, reg: TableRegistration, shared: bool) -> list[str]
     topic = topic_for(reg.source.name, reg)
     if shared:
         done.append(f"topic {topic} kept: another registration reads it")
-    elif delete_topics(settings.kafka_bootstrap, [topic]):
+    elif delete_topics(kafka_access(settings), [topic]):
         done.append(f"topic {topic} deleted")
     return done

@@ -2,38 +2,92 @@
 table that has no change yet."""
 from __future__ import annotations
 
-from confluent_kafka import KafkaException
+import re
+import time
+
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdc.config.clients import KafkaAccess
 from cdc.config.models import KafkaSettings, TableRegistration, TopicSettings
-from cdc.errors import ConnectorError, DependencyError
+from cdc.errors import CdcError, ConfigError, ConnectorError, DependencyError
+
+# Each function takes the brokers as `kafka_access(settings)` gives them, or a bare
+# bootstrap string for a PLAINTEXT listener (the local stack's).
+Brokers = KafkaAccess | str
 
 
-def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+def access(kafka: Brokers) -> KafkaAccess:
+    return kafka if isinstance(kafka, KafkaAccess) else KafkaAccess(kafka)
 
 
-def existing_topics(bootstrap: str, timeout_s: float = 15) -> set[str]:
-    try:
-        return set(admin(bootstrap).list_topics(timeout=timeout_s).topics)
-    except KafkaException as e:
-        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}",
-                              hint="start it (`cdc stack up`) or set kafka.bootstrap_servers in cdc.yaml") from None
+class Watched:
+    """The clients of one call, with what librdkafka reports beside a failed request: a
+    refused login or TLS handshake is a configuration error (exit 2), told in librdkafka's
+    words, not a broker that does not answer."""
+
+    REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+
+    def __init__(self, kafka: Brokers):
+        self.access = access(kafka)
+        self.refused: str | None = None
+
+    def conf(self, **more) -> dict:
+        return self.access.client(error_cb=self._seen, log_level=0, **more)
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.conf())
+
+    def _seen(self, err) -> None:
+        if err.code() in self.REFUSALS:
+            self.refused = re.sub(r" \(after \d+ms in state \w+\)$", "", err.str())
+
+    def failure(self, e: Exception) -> CdcError:
+        where = self.access.bootstrap
+        if self.refused:
+            return ConfigError(f"Kafka at {where} refused cdc: {self.refused}",
+                               hint="check kafka.security in cdc.yaml: protocol, sasl_mechanism, username, "
+                                    "password, ca_file")
+        return DependencyError(f"Kafka at {where} is unreachable: {e}",
+                               hint="start it (`cdc stack up`) or set kafka.bootstrap_servers in cdc.yaml")
+
+    def metadata(self, client, topic: str | None = None, timeout_s: float = 15):
+        """The cluster's metadata (of `topic` only, if given), asked for in waits of 1 s,
+        2 s, 4 s ... until `timeout_s`, so that a refusal ends the wait early and a slow
+        cluster still answers."""
+        deadline, wait = time.monotonic() + timeout_s, 1.0
+        while True:
+            try:
+                return client.list_topics(topic, timeout=max(0.1, min(wait, deadline - time.monotonic())))
+            except KafkaException as e:
+                client.poll(0)  # serves error_cb
+                if self.refused or time.monotonic() >= deadline:
+                    raise self.failure(e) from None
+                wait *= 2
+
+
+def admin(kafka: Brokers) -> AdminClient:
+    return Watched(kafka).admin()
+
+
+def existing_topics(kafka: Brokers, timeout_s: float = 15) -> set[str]:
+    w = Watched(kafka)
+    return set(w.metadata(w.admin(), timeout_s=timeout_s).topics)
 
 
 MAX_MESSAGE_BYTES, RETENTION_MS = "max.message.bytes", "retention.ms"
 
 
-def ensure_topics(bootstrap: str, topics: list[str], kafka: KafkaSettings) -> list[str]:
-    """Create the missing ones as `kafka.topics` says (partitions, replication factor,
-    retention) taking records up to `kafka.max_record_bytes`, and raise an existing one's
+def ensure_topics(kafka: Brokers, topics: list[str], settings: KafkaSettings) -> list[str]:
+    """Create the missing ones as `settings.topics` says (partitions, replication factor,
+    retention) taking records up to `settings.max_record_bytes`, and raise an existing one's
     record limit to it (its partitions and retention stay: `layout_warnings` tells of
     them); return the created ones."""
-    missing = sorted(set(topics) - existing_topics(bootstrap))
-    client = admin(bootstrap)  # keep the handle alive until the futures resolve
-    shape = kafka.topics
+    missing = sorted(set(topics) - existing_topics(kafka))
+    client = admin(kafka)  # keep the handle alive until the futures resolve
+    shape = settings.topics
     if missing:
-        config = {MAX_MESSAGE_BYTES: str(kafka.max_record_bytes), RETENTION_MS: str(shape.retention_ms),
+        config = {MAX_MESSAGE_BYTES: str(settings.max_record_bytes), RETENTION_MS: str(shape.retention_ms),
                   "cleanup.policy": "delete"}
         futures = client.create_topics([NewTopic(t, num_partitions=shape.partitions,
                                                  replication_factor=shape.replication_factor, config=config)
@@ -46,7 +100,7 @@ def ensure_topics(bootstrap: str, topics: list[str], kafka: KafkaSettings) -> li
                     raise ConnectorError(f"cannot create Kafka topic {topic}: {e}",
                                          hint="check kafka.topics in cdc.yaml against the cluster (a replication "
                                               "factor above its broker count is refused)") from None
-    _raise_record_limit(client, sorted(set(topics) - set(missing)), kafka.max_record_bytes)
+    _raise_record_limit(client, sorted(set(topics) - set(missing)), settings.max_record_bytes)
     return missing
 
 
@@ -83,14 +137,13 @@ def describe_configs(client: AdminClient, topics: list[str]) -> dict[str, dict[s
     return out
 
 
-def topic_layout(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, int]]:
+def topic_layout(kafka: Brokers, topics: list[str]) -> dict[str, tuple[int, int]]:
     """(partitions, retention.ms) of each existing topic among `topics`."""
-    try:
-        meta = admin(bootstrap).list_topics(timeout=15).topics
-    except KafkaException as e:
-        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+    w = Watched(kafka)
+    client = w.admin()
+    meta = w.metadata(client).topics
     present = sorted({t for t in topics if t in meta})
-    configs = describe_configs(admin(bootstrap), present)
+    configs = describe_configs(client, present)
     return {t: (len(meta[t].partitions), int(configs[t].get(RETENTION_MS) or -1)) for t in present}
 
 
@@ -131,51 +184,52 @@ def _hours(retention_ms: int) -> str:
     return "for ever" if retention_ms == -1 else f"{retention_ms / 3_600_000:g} h"
 
 
-def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+def watermarks(kafka: Brokers, topic: str) -> dict[int, tuple[int, int]]:
     """(earliest, end) offset per partition of `topic`."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-watermarks", "enable.auto.commit": False,
-                         "log_level": 0})
+    w = Watched(kafka)
+    consumer = Consumer(w.conf(**{"group.id": "cdc-watermarks", "enable.auto.commit": False}))
     try:
-        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        meta = w.metadata(consumer, topic).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in meta.partitions}
     except KafkaException as e:
-        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+        raise w.failure(e) from None
     finally:
         consumer.close()
 
 
-def offsets_at(bootstrap: str, topic: str, ms: int) -> dict[int, int | None]:
+def offsets_at(kafka: Brokers, topic: str, ms: int) -> dict[int, int | None]:
     """Each partition's first offset whose record time is at or after `ms` (epoch
     milliseconds); None where no record is."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-replay-window", "enable.auto.commit": False,
-                         "log_level": 0})
+    w = Watched(kafka)
+    consumer = Consumer(w.conf(**{"group.id": "cdc-replay-window", "enable.auto.commit": False}))
     try:
-        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        meta = w.metadata(consumer, topic).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
         found = consumer.offsets_for_times([TopicPartition(topic, p, ms) for p in meta.partitions], timeout=15)
         return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in found}
     except KafkaException as e:
-        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+        raise w.failure(e) from None
     finally:
         consumer.close()
 
 
-def record_times(bootstrap: str, topic: str, offsets: dict[int, int], timeout_s: float = 15) -> dict[int, int | None]:
+def record_times(kafka: Brokers, topic: str, offsets: dict[int, int], timeout_s: float = 15) -> dict[int, int | None]:
     """The time (epoch milliseconds) of the record at each partition's offset, or of the
     first one kept after it; None where no record was read within `timeout_s`."""
     import time
 
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-record-times", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "enable.partition.eof": True, "log_level": 0})
+    w = Watched(kafka)
+    consumer = Consumer(w.conf(**{"group.id": "cdc-record-times", "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest", "enable.partition.eof": True}))
     found: dict[int, int | None] = {}
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
@@ -185,19 +239,20 @@ def record_times(bootstrap: str, topic: str, offsets: dict[int, int], timeout_s:
             if msg is None or msg.partition() in found:
                 continue
             if msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
-                raise DependencyError(f"Kafka at {bootstrap}: cannot read {topic}: {msg.error()}")
+                raise DependencyError(f"Kafka at {w.access.bootstrap}: cannot read {topic}: {msg.error()}")
             found[msg.partition()] = msg.timestamp()[1] if msg.error() is None else None
             consumer.pause([TopicPartition(topic, msg.partition())])
     except KafkaException as e:
-        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+        raise w.failure(e) from None
     finally:
         consumer.close()
     return {p: found.get(p) for p in offsets}
 
-def delete_topics(bootstrap: str, topics: list[str]) -> list[str]:
+
+def delete_topics(kafka: Brokers, topics: list[str]) -> list[str]:
     """Delete those of `topics` that exist; return them."""
-    present = sorted(set(topics) & existing_topics(bootstrap))
-    client = admin(bootstrap)
+    present = sorted(set(topics) & existing_topics(kafka))
+    client = admin(kafka)
     for topic, fut in (client.delete_topics(present).items() if present else ()):
         try:
             fut.result(30)
@@ -206,15 +261,17 @@ def delete_topics(bootstrap: str, topics: list[str]) -> list[str]:
                                  hint="give cdc's Kafka user DeleteTopics on its topics, or delete it yourself") from None
     return present
 
-def topic_id(bootstrap: str, topic: str) -> str | None:
+
+def topic_id(kafka: Brokers, topic: str) -> str | None:
     """Kafka's id of the topic (a recreated topic gets a new one), or None if unknown."""
     from confluent_kafka import TopicCollection
 
-    client = admin(bootstrap)
+    w = Watched(kafka)
+    client = w.admin()
     try:
         desc = client.describe_topics(TopicCollection([topic]), request_timeout=15)[topic].result(30)
     except KafkaException as e:
         if "UNKNOWN_TOPIC" in str(e):
             return None
-        raise DependencyError(f"Kafka at {bootstrap} is unreachable: {e}") from None
+        raise w.failure(e) from None
     return str(desc.topic_id) if getattr(desc, "topic_id", None) is not None else None

@@ -99,7 +99,7 @@ def source_capture(settings: Settings, source: str, client: ConnectClient | None
     """The source's capture: `state` (the connector's, or MISSING, or UNKNOWN when Kafka
     Connect cannot be asked), its tasks, `capturing` and, when it is not, the `reason`; and
     with `slot`, for PostgreSQL, the replication `slot`."""
-    client = client or ConnectClient(settings.connect_url)
+    client = client or ConnectClient.of(settings)
     name = connector_name(source)
     out = {"source": source, "connector": name, "state": "UNKNOWN", "tasks": [], "capturing": False, "reason": None,
            "slot": _slot(settings, source) if slot else None}

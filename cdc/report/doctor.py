@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import DIFFERENCE, OK, CdcError, ConfigError
 from cdc.report import document
@@ -358,7 +359,7 @@ def kafka_check(settings: Settings) -> Check:
     from cdc.register.topics import existing_topics
 
     try:
-        topics = existing_topics(settings.kafka_bootstrap, timeout_s=10)
+        topics = existing_topics(kafka_access(settings), timeout_s=10)
     except CdcError as e:
         return failed("kafka", e.message, e.hint)
     return passed("kafka", f"{settings.kafka_bootstrap} answers ({len(topics)} topics)")
@@ -376,12 +377,22 @@ def connect_checks(settings: Settings, sources: list[str]) -> list[Check]:
     """Kafka Connect answers, and has the Debezium plugin of each kind of source."""
     from cdc.register.connector import ConnectClient
 
+    from cdc.config.loader import load_tables
+    from cdc.register.connector import MASK_CLASS
+
     url = settings.connect_url
     try:
-        plugins = ConnectClient(url, timeout_s=10).plugins()
+        plugins = ConnectClient.of(settings, timeout_s=10).plugins(connectors_only=False)
     except CdcError as e:
         return [failed("connect", e.message, e.hint)]
-    checks = [passed("connect", f"{url} answers ({len(plugins)} connector plugins)")]
+    checks = [passed("connect", f"{url} answers ({len(plugins)} plugins)")]
+    masking = sorted(t.name for t in load_tables(settings) if t.mask and t.source.name in sources)
+    if masking and settings.masking.in_connector:
+        checks.append(passed("connect_mask_transform", f"{MASK_CLASS} is installed") if MASK_CLASS in plugins else
+                      failed("connect_mask_transform", f"{MASK_CLASS} is not installed in Kafka Connect at {url}, and "
+                                                       f"{', '.join(masking[:3])} mask columns",
+                             "copy .cache/jars/connect-plugins/cdc-transforms (`make setup` builds it) under the "
+                             "workers' plugin.path and restart them, or set masking.in_connector: false"))
     for kind in sorted({settings.sources[s].kind for s in sources}):
         cls = connector_class(settings, kind)
         if cls in plugins:
@@ -417,7 +428,7 @@ def registry_check(settings: Settings, sources: list[str]) -> Check:
 
     url = settings.registry_url
     try:
-        SchemaRegistry(url, timeout_s=10).schema(1, attempts=1)
+        SchemaRegistry.of(settings, timeout_s=10).schema(1, attempts=1)
     except CdcError as e:
         return failed("schema_registry", f"{e.message} (sources with format avro: {', '.join(sources)})",
                       e.hint or "check schema_registry.url in cdc.yaml and that the registry runs")

@@ -137,7 +137,7 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
               limit: int = 100) -> list[dict]:
     """Every table's row; the run is appended to the history table."""
     catalog = load_catalog(settings)
-    client = ConnectClient(settings.connect_url)
+    client = ConnectClient.of(settings)
     compare_rows = _deep_compare(settings, limit) if deep else None
     for reg in tables if deep else []:  # another masking key than the target's: refused before any wait
         found = found_target(settings, catalog, reg) if reg.mask else None

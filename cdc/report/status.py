@@ -11,6 +11,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from cdc.bootstrap.plan import PROPERTY, Bootstrap
 from cdc import errors
+from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.planning import dead_letters
@@ -81,7 +82,7 @@ def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
     topic = found["properties"].get(PROP_TOPIC)
     summary = found["summary"] or {}
     committed = commits.parse_offsets(summary).get(topic, {})
-    ends = {p: hi for p, (_, hi) in watermarks(settings.kafka_bootstrap, topic).items()} if topic else {}
+    ends = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()} if topic else {}
     return {
         **out, "registered": True, "location": found["location"], "topic": topic,
         "kafka_end_offsets": {str(p): o for p, o in sorted(ends.items())},
@@ -108,7 +109,7 @@ def status(settings: Settings, tables: list[TableRegistration]) -> tuple[list[di
     """Each table's row, and each of their sources' capture (report/capture.py). A table
     whose source does not capture is in state `capture-stopped`, whatever its job does."""
     catalog = load_catalog(settings)
-    client = ConnectClient(settings.connect_url)
+    client = ConnectClient.of(settings)
     captures = {s: source_capture(settings, s, client) for s in sorted({t.source.name for t in tables})}
     rows = []
     for reg in tables:
@@ -132,7 +133,7 @@ def age_s(settings: Settings, row: dict, now_ms: int | None = None) -> float | N
     pending = {int(p): committed.get(p, 0) for p, end in row["kafka_end_offsets"].items() if end > committed.get(p, 0)}
     if not pending:
         return 0.0
-    times = [t for t in record_times(settings.kafka_bootstrap, row["topic"], pending).values() if t is not None]
+    times = [t for t in record_times(kafka_access(settings), row["topic"], pending).values() if t is not None]
     now_ms = dt.datetime.now(dt.timezone.utc).timestamp() * 1000 if now_ms is None else now_ms
     return round(max(0.0, now_ms - min(times)) / 1000, 1) if times else None
 

@@ -69,7 +69,7 @@ def main() -> int:
             print(f"applying change burst #{round_no} at the source")
             burst(conn, round_no)
             marker = postgres.write_marker(conn, settings.sources[source].signal_table)
-        ConnectClient(settings.connect_url).wait_captured(connector_name(source), marker)
+        ConnectClient.of(settings).wait_captured(connector_name(source), marker)
         print("replicating the burst")
         run(settings, tables, available_now=True)
         rows = reconcile(settings, tables)

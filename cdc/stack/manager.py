@@ -5,7 +5,7 @@ import shutil
 
 from cdc.config.models import Settings
 from cdc.sinks.catalog import local_dirs, pyiceberg_properties
-from cdc.stack.kafka import TEMPLATES, Connect, Kafka
+from cdc.stack.kafka import SASL_MECHANISM, SASL_USER, TEMPLATES, Connect, Kafka
 from cdc.stack.mariadb import MariaDB
 from cdc.stack.postgres import Postgres
 from cdc.stack.registry import SchemaRegistry
@@ -21,9 +21,9 @@ class Stack:
         self.mariadb = MariaDB(state, s.mariadb_port or 0, s.start_timeout_s)
         self.registry = SchemaRegistry(state, cache, s.registry_port or 0, s.registry_heap, s.start_timeout_s)
         self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s,
-                           settings.kafka.max_record_bytes)
+                           settings.kafka.max_record_bytes, s.kafka_sasl_port)
         self.connect = Connect(state, cache, TEMPLATES / "connect-worker.properties",
-                               s.connect_port, self.kafka.bootstrap, s.connect_heap, s.start_timeout_s)
+                               s.connect_port, self.kafka, s.connect_heap, s.start_timeout_s)
 
     def up(self) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -56,6 +56,11 @@ class Stack:
                               "log": str(svc.process.log_file)}
         status = {
             "kafka_bootstrap": self.kafka.bootstrap,
+            # the SASL_SSL listener: what a cdc.yaml's kafka.security takes to use it
+            "kafka_sasl": ({"bootstrap": self.kafka.sasl_bootstrap, "protocol": "SASL_SSL",
+                            "sasl_mechanism": SASL_MECHANISM, "username": SASL_USER,
+                            "password_file": str(self.kafka.sasl_password_file), "ca_file": str(self.kafka.ca_file)}
+                           if self.kafka.sasl_port else None),
             "connect_url": self.connect.url,
             "postgres_dsn": self.postgres.dsn() if self.postgres.password_file.exists() else None,
             "mariadb": ({"host": "127.0.0.1", "port": self.mariadb.port, "user": "cdc",

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from cdc.planning.protect import mask_value
+from cdc.register.connector import ConnectClient, connector_name
 
 MASK_KEY = b"the integration tier's masking key"
 EMAILS = {1: "ada@example.org", 2: "grace@example.org", 3: "edsger@example.org"}
@@ -76,6 +77,12 @@ def test_history_soft_delete_and_masks_end_to_end(env, capsys):
 
     clear = [*EMAILS.values(), *SSNS.values()]
     assert not cleartext_in_files(people.location(), clear)
+    # Nor in Kafka: the connector left ssn out and hashed email (cdc's MaskColumns), with
+    # the key as a reference its REST config shows instead of the key.
+    assert not cleartext_in_topic(env.settings.kafka_bootstrap, f"{env.source}.{s}.people", clear)
+    config = ConnectClient.of(env.settings).config(connector_name(env.source))
+    assert config["transforms.cdcmask.columns"] == f"{s}.people.email"
+    assert config["transforms.cdcmask.key.password"].startswith("${file:") and MASK_KEY.decode() not in json.dumps(config)
 
     # The current rows equal the source's: counted, and compared row by row (masked columns by hash).
     for table in ("people", "accounts"):
@@ -100,6 +107,28 @@ def cleartext_in_files(location: str, values: list[str]) -> list[str]:
         else:
             data = path.read_bytes()
             found += [f"{path}: {v}" for v in values if v.encode() in data]
+    return found
+
+
+def cleartext_in_topic(bootstrap: str, topic: str, values: list[str]) -> list[str]:
+    """Where any of `values` appears in the keys, values or headers of the topic's records."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdc.register.topics import watermarks
+
+    ends = watermarks(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-cleartext", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _) in ends.items()])
+    found, left = [], sum(hi - lo for lo, hi in ends.values())
+    try:
+        while left > 0:
+            msg = consumer.poll(10)
+            assert msg is not None and msg.error() is None, f"{topic}: {left} record(s) not read"
+            left -= 1
+            data = b"".join([msg.key() or b"", msg.value() or b"", *[v or b"" for _, v in msg.headers() or []]])
+            found += [f"{topic}@{msg.offset()}: {v}" for v in values if v.encode() in data]
+    finally:
+        consumer.close()
     return found
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from cdc.planning.protect import mask_value
+from cdc.planning.protect import key_fingerprint, mask_value
 from tests.spark.test_merge_semantics import Harness
 
 T0 = 1_700_000_000_000
@@ -165,6 +165,28 @@ def test_masked_columns_hold_a_keyed_hash_and_excluded_ones_are_absent(scratch, 
     h.apply()
     assert h.values() == {1: mask_value("alice@example.com", key), 2: None, 3: mask_value("bob@example.com", key)}
     assert len(h.values()[1]) == 64 and h.values()[1] != mask_value("alice@example.com", b"another key")
+
+
+def test_a_column_the_connector_hashed_is_not_hashed_again(scratch, table_name):
+    """The connector's MaskColumns hashes text columns before Kafka and names them in the
+    header cdc.masked; the job hashes the masked columns it does not name, and a record
+    without the header (written before the connector masked) entirely."""
+    key = b"a masking key of the test"
+    h = Harness(*scratch, table_name, mask=("v", "n"), mask_key=key)
+    upstream = [("cdc.masked", f"{key_fingerprint(key)}:v".encode())]
+    h.topic.change("c", {"id": 1, "v": mask_value("alice@example.com", key), "n": 7}, 100, 110, headers=upstream)
+    h.topic.change("c", {"id": 2, "v": "bob@example.com", "n": 8}, 100, 120)  # from before the connector masked
+    other = b"the workers' other key"  # hashed with another key: set aside, never stored
+    h.topic.change("c", {"id": 3, "v": mask_value("eve@example.com", other), "n": 1}, 100, 130,
+                   headers=[("cdc.masked", f"{key_fingerprint(other)}:v".encode())])
+    h.apply()
+    h.topic.change("u", {"id": 1, "v": PLACEHOLDER, "n": 9}, 200, 210, headers=upstream)  # unchanged TOASTed
+    h.apply()
+    assert {k: (r["v"], r["n"]) for k, r in h.rows().items()} == {
+        1: (mask_value("alice@example.com", key), mask_value("9.00", key)),  # a decimal hashed as Spark prints it
+        2: (mask_value("bob@example.com", key), mask_value("8.00", key))}
+    (dead,) = h.dead_letters()
+    assert dead["error_class"] == "mask-key-mismatch" and key_fingerprint(other) in dead["error_message"]
 
 
 def test_a_masked_table_without_a_key_is_refused(scratch, table_name):

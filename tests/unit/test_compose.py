@@ -198,9 +198,15 @@ def test_connect_has_the_avro_converter_of_jvm():
     execution = next(e for e in pom.iter(f"{POM}execution") if e.findtext(f"{POM}id") == "copy-avro-converter")
     fetched = execution.find(f"{POM}configuration").findtext(f"{POM}outputDirectory")
     fetched = ROOT / fetched.replace("${cdc.cache}", DOCKER["jars_dir"])
-    (mount,) = [v for v in SERVICES["connect"]["volumes"] if isinstance(v, dict)]
+    mounts = {Path(v["target"]).name: v for v in SERVICES["connect"]["volumes"] if isinstance(v, dict)}
+    mount = mounts["apicurio-avro-converter"]
     assert (ROOT / mount["source"]).resolve() == fetched.resolve()
     assert Path(mount["target"]).parent == Path("/kafka/connect") and mount["read_only"]
+    # cdc's MaskColumns, where jvm/transforms/pom.xml builds it
+    transforms = ET.parse(ROOT / "jvm" / "transforms" / "pom.xml").getroot()
+    built = next(transforms.iter(f"{POM}outputDirectory")).text.replace("${cdc.cache}", DOCKER["jars_dir"])
+    assert (ROOT / mounts["cdc-transforms"]["source"]).resolve() == (ROOT / built).resolve()
+    assert "cdc.connect.MaskColumns" in health
     # The image's own Apicurio converters (another line than the template's settings) stay off.
     assert env("connect").get("ENABLE_APICURIO_CONVERTERS", "false") == "false"
 
