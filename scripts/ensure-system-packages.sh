@@ -4,7 +4,8 @@
 set -euo pipefail
 
 need=()
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+# javac too: `make setup` builds cdc's Connect transformation (jvm/transforms) from source
+command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)

@@ -35,7 +35,7 @@ def sec(stack, spark, settings, it_env, tmp_path_factory):
     """A source of its own (its connector, slot and masking key), configured as above."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CDC_IT_MASK_KEY", MASK_KEY)
-        env = postgres_env(stack, settings, tmp_path_factory.mktemp("sec"), it_env.source + "s")
+        env = postgres_env(stack, settings, tmp_path_factory.mktemp("sec"), it_env.source + "k")
         secured_config(env, stack, env.config)
         env = dataclasses.replace(env, settings=load_settings(env.config))
         yield env
