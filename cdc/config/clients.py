@@ -36,6 +36,8 @@ def read_secret(settings: Settings, value: SecretStr | None, file: Path | None, 
     except FileNotFoundError:
         raise ConfigError(f"{what}_file {path} does not exist",
                           hint=f"point {what}_file at the secret, or set {what}: ${{ENV_NAME}}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what}_file {path} is not UTF-8 text", hint="write the secret as text") from None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from cdc.config.clients import read_secret
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
 from cdc.sources.types import Column
@@ -94,18 +95,9 @@ def mask_key(settings: Settings, reg: TableRegistration) -> bytes | None:
     """The masking key of a table with masked columns (None when it has none)."""
     if not reg.mask:
         return None
-    m = settings.masking
-    if m.key is not None and m.key.get_secret_value():
-        return m.key.get_secret_value().encode()
-    if m.key_file is not None:
-        path = settings.path(m.key_file)
-        try:
-            key = path.read_bytes().strip()
-        except FileNotFoundError:
-            raise ConfigError(f"masking.key_file {path} does not exist", table=reg.name,
-                              hint="point masking.key_file at the key, or set masking.key: ${CDC_MASK_KEY}") from None
-        if key:
-            return key
+    key = read_secret(settings, settings.masking.key or None, settings.masking.key_file, "masking.key")
+    if key:
+        return key.encode()
     raise ConfigError(f"table {reg.name} masks {', '.join(reg.mask)}, but cdc.yaml has no masking key",
                       hint="set masking.key: ${CDC_MASK_KEY} (from the environment) or masking.key_file: PATH",
                       table=reg.name)

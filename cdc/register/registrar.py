@@ -175,31 +175,31 @@ def connector_kafka_secrets(settings: Settings, source: str, shown: bool = False
     sec = settings.kafka.security
     if settings.sources[source].kind != "mariadb" or sec.protocol == "PLAINTEXT":
         return {}
-    local = settings.connect.url is None
-    secrets_dir = settings.state_dir / "connect" / "secrets"
-    # the SASL password is stored as the JAAS line it is substituted into takes it
-    found = {"password": (sec.connector_password_ref, "kafka-sasl", lambda s: jaas_quoted(kafka_password(s)))
-             if sec.sasl else None,
-             "keystore_password": (None, "kafka-keystore", kafka_keystore_password)
-             if sec.keystore_file is not None else None}
     out = {}
-    for key, spec in found.items():
-        if spec is None:
-            continue
-        ref, file_name, read = spec
-        if ref:
-            out[key] = ref
-        elif local:
-            out[key] = secret_file_ref(secrets_dir, file_name) if shown else \
-                write_secret(secrets_dir, file_name, read(settings) or "")
-        elif shown:
-            out[key] = MASK
-        else:
-            print(f"warning: source {source}: the Kafka {key.replace('_', ' ')} goes into the connector config of "
-                  f"{settings.connect_url} (Debezium's schema history clients), where its REST API shows it"
-                  + ("; set kafka.security.connector_password_ref to a config provider reference instead"
-                     if key == "password" else ""), file=sys.stderr)
-    return out
+    if sec.sasl:
+        # stored as the JAAS line it is substituted into takes it
+        out["password"] = sec.connector_password_ref or _connector_secret(
+            settings, source, "password", "kafka-sasl", lambda: jaas_quoted(kafka_password(settings)), shown)
+    if sec.keystore_file is not None:
+        out["keystore_password"] = _connector_secret(
+            settings, source, "keystore_password", "kafka-keystore", lambda: kafka_keystore_password(settings) or "",
+            shown)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _connector_secret(settings: Settings, source: str, key: str, file_name: str, read, shown: bool) -> str | None:
+    """A secret for the connector config without a reference: the local worker's secrets
+    file; for a remote worker None (the secret goes in itself), with a warning."""
+    secrets_dir = settings.state_dir / "connect" / "secrets"
+    if settings.connect.url is None:
+        return secret_file_ref(secrets_dir, file_name) if shown else write_secret(secrets_dir, file_name, read())
+    if shown:
+        return MASK
+    print(f"warning: source {source}: the Kafka {key.replace('_', ' ')} goes into the connector config of "
+          f"{settings.connect_url} (Debezium's schema history clients), where its REST API shows it"
+          + ("; set kafka.security.connector_password_ref to a config provider reference instead"
+             if key == "password" else ""), file=sys.stderr)
+    return None
 
 
 def connector_mask_key(settings: Settings, tables: list[TableRegistration], shown: bool = False) -> str | None:

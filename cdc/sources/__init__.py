@@ -2,6 +2,7 @@
 (`postgres`, `mariadb`) is a module with the same functions; `module_of` picks it."""
 from __future__ import annotations
 
+from cdc.config.clients import read_secret
 from cdc.config.models import Settings, SourceSettings
 from cdc.errors import ConfigError, SourceError
 
@@ -14,15 +15,13 @@ def no_key(schema: str, table: str, reg) -> ConfigError:
 
 
 def password(settings: Settings, source: SourceSettings, name: str) -> str:
-    if source.password is not None:
-        return source.password.get_secret_value()
-    if source.password_file is not None:
-        path = settings.path(source.password_file)
-        try:
-            return path.read_text().strip()
-        except FileNotFoundError:
-            raise SourceError(f"source {name!r}: password_file {path} does not exist",
-                              hint="start the local stack (`cdc stack up`) or point password_file at the secret")
+    if source.password is None and source.password_file is not None \
+            and not settings.path(source.password_file).is_file():
+        raise SourceError(f"source {name!r}: password_file {settings.path(source.password_file)} does not exist",
+                          hint="start the local stack (`cdc stack up`) or point password_file at the secret")
+    secret = read_secret(settings, source.password, source.password_file, f"sources.{name}.password")
+    if secret is not None:
+        return secret
     raise ConfigError(f"source {name!r} has neither password nor password_file",
                       hint="set password: ${SOME_ENV_VAR} or password_file: PATH in cdc.yaml")
 

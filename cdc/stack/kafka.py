@@ -11,6 +11,8 @@ from pathlib import Path
 import requests
 from confluent_kafka.admin import AdminClient
 
+from cdc.config.clients import jaas_config
+from cdc.config.models import KafkaSecurity
 from cdc.errors import StackError
 from cdc.stack.process import Process, java, port_accepts, require_free_port
 
@@ -79,10 +81,10 @@ class Kafka:
 
     def java_client_properties(self) -> dict[str, str]:
         """Java client properties for the SASL_SSL listener (the Connect worker's)."""
-        password = self.sasl_password_file.read_text().strip()
+        user = KafkaSecurity(protocol="SASL_SSL", sasl_mechanism=SASL_MECHANISM, username=SASL_USER,
+                             password_file=self.sasl_password_file)
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": SASL_MECHANISM,
-                "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
-                                    f'username="{SASL_USER}" password="{password}";',
+                "sasl.jaas.config": jaas_config(user, self.sasl_password_file.read_text().strip()),
                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_file)}
 
     def healthy(self) -> bool:
