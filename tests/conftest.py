@@ -282,7 +282,7 @@ def mariadb_env(stack, settings, tmp_path_factory, prefix: str, sink: str = "ice
     with admin.cursor() as cur:
         for name in requests.get(f"{settings.connect_url}/connectors", timeout=10).json():
             if name.startswith(f"cdc-{prefix}_"):
-                client.delete(name)
+                client.retire(name)
         cur.execute(f"SHOW DATABASES LIKE '{prefix}\\_%'")
         for (db,) in cur.fetchall():
             cur.execute(f"DROP DATABASE `{db}`")
@@ -290,7 +290,7 @@ def mariadb_env(stack, settings, tmp_path_factory, prefix: str, sink: str = "ice
     env_settings = load_settings(config)
     env = Env(config, env_settings, source, schema, None, load_catalog(env_settings), kind="mariadb", sink=sink)
     yield env
-    client.delete(connector_name(source))
+    client.retire(connector_name(source))
     with admin.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
     admin.close()
@@ -307,7 +307,7 @@ def _drop_leftovers(env: Env, prefix: str = "it_", keep: str | None = None) -> N
     client = ConnectClient(env.settings.connect_url)
     for name in requests.get(f"{env.settings.connect_url}/connectors", timeout=10).json():
         if name.startswith(f"cdc-{prefix}") and name != f"cdc-{keep}":
-            client.delete(name)
+            client.retire(name)
     deadline = time.monotonic() + 60
     while env.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s AND active AND slot_name <> %s",
                   mine)[0][0] and time.monotonic() < deadline:
@@ -323,7 +323,7 @@ def _drop_leftovers(env: Env, prefix: str = "it_", keep: str | None = None) -> N
 
 def _cleanup(env: Env) -> None:
     client = ConnectClient(env.settings.connect_url)
-    client.delete(connector_name(env.source))
+    client.retire(connector_name(env.source))
     deadline = time.monotonic() + 60
     slot = f"cdc_{env.source}"
     while time.monotonic() < deadline:
