@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from cdc.decoding.envelope import Operation
 from cdc.planning.position import ROW_BITS
-from cdc.planning.protect import MASKED_HEADER, MASKED_UPSTREAM
+from cdc.planning.protect import MASKED_HEADER, MASKED_UPSTREAM, hashed_upstream
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sources.types import Column, placeholder_sql, toastable
 
@@ -72,12 +72,18 @@ def refusal(by: SparkColumn, refused: dict) -> SparkColumn | None:
                   refused.items(), F.lit(None).cast("string"))
 
 
-def _struct_ddl(columns: tuple[Column, ...]) -> str:
-    return ", ".join(f"{q(c.name)}: {c.wire_type}" for c in columns)
+def _struct_ddl(columns: tuple[Column, ...], text: tuple[str, ...] = ()) -> str:
+    return ", ".join(f"{q(c.name)}: {'STRING' if c.name in text else c.wire_type}" for c in columns)
 
 
-def value_schema(columns: tuple[Column, ...]) -> str:
-    row = f"STRUCT<{_struct_ddl(columns)}>"
+def masked_as_text(columns: tuple[Column, ...], masked: tuple[str, ...]) -> tuple[str, ...]:
+    """The masked columns read from the wire as text: the connector may have replaced their
+    value by its hash (any kind but arrays, which it leaves to the job)."""
+    return tuple(c.name for c in columns if c.name in masked and c.kind != "array")
+
+
+def value_schema(columns: tuple[Column, ...], text: tuple[str, ...] = ()) -> str:
+    row = f"STRUCT<{_struct_ddl(columns, text)}>"
     return (f"STRUCT<payload: STRUCT<before: {row}, after: {row}, "
             f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT, txId: BIGINT, "
             f"file: STRING, pos: BIGINT, row: INT>, op: STRING>>")
@@ -113,17 +119,21 @@ def _header(name: str) -> SparkColumn:
 
 
 def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
-           refused: SparkColumn | None = None, schema: SparkColumn | None = None) -> DataFrame:
+           refused: SparkColumn | None = None, schema: SparkColumn | None = None,
+           masked: tuple[str, ...] = ()) -> DataFrame:
     """`refused`: over `raw`, why a record's schema is one the target cannot take (`refusal`),
     null when it can: such records are bad (`schema-refused`). `schema`: over `raw`, the
-    record's schema (`schema_fingerprint`), kept as `_schema`."""
+    record's schema (`schema_fingerprint`), kept as `_schema`. `masked`: the columns to be
+    hashed (`protect.mask_columns`), given as the text of their target value, or as the
+    hash where the connector made it."""
     kept = [schema.alias("_schema")] if schema is not None else []
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     headers = "headers" in raw.columns
+    text = masked_as_text(columns, masked)
     df = raw.select(
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
-        F.from_json(F.col("value").cast("string"), value_schema(columns)).getField("payload").alias("_v"),
+        F.from_json(F.col("value").cast("string"), value_schema(columns, text)).getField("payload").alias("_v"),
         F.col("value").isNull().alias("_null_value"), F.col("value"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
@@ -207,7 +217,12 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
     )
     # Wire values into target types (dates, timestamps, bytes); a changed row with a value
     # that has no exact target value (a decimal NaN, overflow or extra digits) is bad.
-    lost = [F.when(F.expr(c.does_not_fit(q(c.name))), F.lit(c.name)) for c in columns if c.does_not_fit("x")]
+    upstream = {c: hashed_upstream(c) if headers else F.lit(False) for c in text}
+    wire_of = {c.name: _from_text(c) if c.name in text else q(c.name) for c in columns}
+    lost = [F.when(~upstream.get(c.name, F.lit(False)) & F.expr(c.does_not_fit(wire_of[c.name])), F.lit(c.name))
+            for c in columns if c.does_not_fit("x")]
+    lost += [F.when(~upstream[c] & F.col(c).isNotNull() & F.expr(f"{wire_of[c]} IS NULL"), F.lit(c))
+             for c in text if by_name[c].wire_type != "STRING"]
     if lost:
         names = F.concat_ws(", ", *lost)
         bad = F.col("_error").isNull() & F.col("_op").isin("c", "u", "r") & (names != "")
@@ -216,5 +231,14 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
                                                             F.lit(" does not fit the column's type")))
                              .otherwise(F.col("_error")))
     wire = {**by_name, **{f"_from_{i}": by_name[k] for i, k in enumerate(key)}}
-    return out.select(*[F.expr(wire[c].convert(q(c))).alias(c) if c in wire else F.col(q(c))
-                        for c in out.columns])
+    masked_value = {c: F.when(upstream[c], F.col(q(c))).otherwise(F.expr(f"CAST({by_name[c].convert(wire_of[c])} "
+                                                                        f"AS STRING)")) for c in text}
+    return out.select(*[masked_value[c].alias(c) if c in masked_value else
+                        F.expr(wire[c].convert(q(c))).alias(c) if c in wire else F.col(q(c)) for c in out.columns])
+
+
+def _from_text(column: Column) -> str:
+    """Spark SQL: the wire value of a masked column read as text (null when it is none)."""
+    if column.wire_type == "STRING":
+        return q(column.name)
+    return f"try_cast({q(column.name)} AS {column.wire_type})"

@@ -184,7 +184,7 @@ class TableApplier:
             envelopes = avro.to_json_envelopes(batch, self.registry, refused)
             refusals = refusal(F.col(avro.VALUE_SCHEMA_ID), refused)
         events = decode(envelopes, self.columns, self.key, self.source_kind, refusals,
-                        schema_fingerprint() if self.registry is None and refused is None else None)
+                        schema_fingerprint() if self.registry is None and refused is None else None, self.masked)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = mask_columns(events, self.masked, self.mask_key)  # before anything is written

@@ -1,8 +1,9 @@
 """Columns that never reach the lake in clear. An excluded column is left out by the
 connector (`column.exclude.list`) and has no target column; a masked one is stored as
-HMAC-SHA256(key, its value as text), in hex: a text column hashed by the connector
-(MaskColumns, jvm/transforms), so Kafka never holds it in clear, any other by Spark
-expressions before any write. Pure: SQL text from names and a key."""
+HMAC-SHA256(key, its target value as Spark's text), in hex, hashed by the connector
+(MaskColumns, jvm/transforms) so Kafka never holds it in clear; what the connector did not
+hash (an array, a change from before the transformation) is hashed by Spark expressions
+before any write."""
 from __future__ import annotations
 
 import hashlib
@@ -43,9 +44,7 @@ def mask_columns(df, masked: tuple[str, ...], key: bytes | None):
         hashed = {c: F.expr(hmac_sql(q(c), key)) for c in masked}
         if upstream:
             header = F.col(MASKED_UPSTREAM)
-            done = F.split(F.substring_index(header, ":", -1), ",")
-            hashed = {c: F.when(F.coalesce(F.array_contains(done, c), F.lit(False)),
-                                F.col(c).cast("string")).otherwise(h) for c, h in hashed.items()}
+            hashed = {c: F.when(hashed_upstream(c), F.col(c).cast("string")).otherwise(h) for c, h in hashed.items()}
             expected = key_fingerprint(key)
             other = header.isNotNull() & (F.substring_index(header, ":", 1) != F.lit(expected)) \
                 & F.col("_error").isNull()
@@ -57,6 +56,14 @@ def mask_columns(df, masked: tuple[str, ...], key: bytes | None):
                 "_error_class": F.when(other, F.lit("mask-key-mismatch")).otherwise(F.col("_error_class"))})
         df = df.withColumns(hashed)
     return df.drop(MASKED_UPSTREAM) if upstream else df
+
+
+def hashed_upstream(column: str):
+    """Spark: true where the connector hashed `column` of a decoded change (MASKED_UPSTREAM)."""
+    from pyspark.sql import functions as F
+
+    done = F.split(F.substring_index(F.col(MASKED_UPSTREAM), ":", -1), ",")
+    return F.coalesce(F.array_contains(done, column), F.lit(False))
 
 
 def mask_value(value: str, key: bytes) -> str:
@@ -101,6 +108,17 @@ def mask_key(settings: Settings, reg: TableRegistration) -> bytes | None:
     raise ConfigError(f"table {reg.name} masks {', '.join(reg.mask)}, but cdc.yaml has no masking key",
                       hint="set masking.key: ${CDC_MASK_KEY} (from the environment) or masking.key_file: PATH",
                       table=reg.name)
+
+
+def check_connector_masks(settings: Settings, reg: TableRegistration, columns: tuple[Column, ...]) -> None:
+    """The connector hashes every masked column but arrays: a masked array would reach
+    Kafka in clear, so it is refused where the connector masks."""
+    arrays = sorted(c.name for c in columns if c.name in reg.mask and c.kind == "array")
+    if arrays and settings.masking.in_connector:
+        raise ConfigError(f"table {reg.name}: masked array column(s) {', '.join(arrays)} would reach Kafka in clear "
+                          f"(the connector hashes columns of other types only)", table=reg.name,
+                          hint=f"exclude them instead ({reg.file or 'the registration'}), or set "
+                               f"masking.in_connector: false to hash every masked column in the jobs alone")
 
 
 def protected_columns(reg: TableRegistration, columns: tuple[Column, ...],

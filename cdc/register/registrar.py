@@ -12,7 +12,7 @@ from cdc.config.clients import (SECRET_PROPERTIES, jaas_quoted, kafka_access, ka
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import CdcError, ConfigError, ConnectorError
-from cdc.planning.protect import check_mask_key, mask_key
+from cdc.planning.protect import check_connector_masks, check_mask_key, mask_key
 from cdc.register.connector import (DOWN, MASK_CLASS, ConnectClient, connector_config, connector_name,
                                     secret_file_ref, topic_for, write_secret)
 from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_layout, watermarks
@@ -44,6 +44,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         kind = module_of(settings, reg.source.name)
         with kind.connect(settings, reg.source.name) as conn:
             described.append((reg, kind.describe_table(conn, reg)))
+        check_connector_masks(settings, reg, described[-1][1].columns)
     would = [ensure_target(settings, catalog, reg, src, dry_run=True) for reg, src in described]  # checks only
     new = {reg.name for (reg, _), created in zip(described, would) if created}
     for (reg, src), created in zip(described, would):

@@ -11,12 +11,31 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from cdc.planning.protect import mask_value
+from cdc.planning.protect import key_fingerprint, mask_value
 from cdc.register.connector import ConnectClient, connector_name
 
 MASK_KEY = b"the integration tier's masking key"
 EMAILS = {1: "ada@example.org", 2: "grace@example.org", 3: "edsger@example.org"}
 SSNS = {1: "078-05-1120", 2: "219-09-9999", 3: "457-55-5462"}
+# `profiles`: masked columns of every kind but text, and the text cdc hashes for each
+# (the target value as Spark writes it), by row.
+PROFILE_COLUMNS = ("born date, salary numeric(10,2), seen timestamp(6), seen_ms timestamp(3), login timestamptz, "
+                   "score double precision, level real, vip boolean, photo bytea, wake time, pause interval, "
+                   "visits bigint, mood smallint")
+PROFILES = {
+    1: ("'1987-06-05', 1234.5, '2024-05-01 10:00:00.5', '2024-05-01 10:00:00.123', '2024-05-01 12:00:00.123456+02', "
+        "1e20, 0.001, true, 'pixels'::bytea, '10:00:00.00025', '1 day 02:00:00', 9007199254740993, -7",
+        {"born": "1987-06-05", "salary": "1234.50", "seen": "2024-05-01 10:00:00.5",
+         "seen_ms": "2024-05-01 10:00:00.123", "login": "2024-05-01 10:00:00.123456", "score": "1.0E20",
+         "level": "0.001", "vip": "true", "photo": "pixels", "wake": "10:00:00.000250",
+         "visits": "9007199254740993", "mood": "-7"}),
+    2: ("'0044-03-15', -0.01, 'infinity', '1900-01-01 00:00:00', '-infinity', -0.5, 3.25, false, '\\x00ff'::bytea, "
+        "'23:59:59.999999', '-3 mons', 0, 0",
+        {"born": "0044-03-15", "salary": "-0.01", "seen": "9999-12-31 23:59:59.999999",
+         "seen_ms": "1900-01-01 00:00:00", "login": "0001-01-01 00:00:00", "score": "-0.5", "level": "3.25",
+         "vip": "false", "wake": "23:59:59.999999", "visits": "0", "mood": "0"}),
+}
+PROFILE_MASKED = tuple(c.split()[0] for c in PROFILE_COLUMNS.split(", "))
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +53,17 @@ def env(it_env, tmp_path_factory):
         f"({i}, 'person {i}', '{EMAILS[i]}', '{SSNS[i]}')" for i in EMAILS))
     it_env.sql(f'CREATE TABLE "{s}".accounts (id int PRIMARY KEY, balance numeric(12,2))')
     it_env.sql(f'INSERT INTO "{s}".accounts VALUES (1, 10), (2, 20), (3, 30)')
+    it_env.sql(f'CREATE TABLE "{s}".profiles (id int PRIMARY KEY, note text, {PROFILE_COLUMNS})')
+    it_env.sql(f'INSERT INTO "{s}".profiles VALUES ' + ", ".join(f"({i}, 'row {i}', {v})" for i, (v, _) in
+                                                                   PROFILES.items()))
     tables = it_env.settings.path(it_env.settings.tables_dir)
     for table, extra in (("people", {"mode": "history", "mask": ["email"], "exclude": ["ssn"]}),
-                         ("accounts", {"mode": "soft_delete"})):
+                         ("accounts", {"mode": "soft_delete"}), ("profiles", {"mask": list(PROFILE_MASKED)})):
         body = {"name": f"{s}.{table}", "source": {"schema": s, "table": table}, **extra}
         (tables / f"{s}.{table}.yaml").write_text(yaml.safe_dump(body))
         assert it_env.cdc("register", "--table", f"{s}.{table}") == 0
     yield it_env
-    for table in ("people", "accounts"):
+    for table in ("people", "accounts", "profiles"):
         (tables / f"{s}.{table}.yaml").unlink()
 
 
@@ -81,12 +103,65 @@ def test_history_soft_delete_and_masks_end_to_end(env, capsys):
     # the key as a reference its REST config shows instead of the key.
     assert not cleartext_in_topic(env.settings.kafka_bootstrap, f"{env.source}.{s}.people", clear)
     config = ConnectClient.of(env.settings).config(connector_name(env.source))
-    assert config["transforms.cdcmask.columns"] == f"{s}.people.email"
+    assert config["transforms.cdcmask.columns"] == ",".join(
+        sorted([f"{s}.people.email", *[f"{s}.profiles.{c}" for c in PROFILE_MASKED]]))
     assert config["transforms.cdcmask.key.password"].startswith("${file:") and MASK_KEY.decode() not in json.dumps(config)
 
     # The current rows equal the source's: counted, and compared row by row (masked columns by hash).
     for table in ("people", "accounts"):
         assert env.cdc("reconcile", "--table", f"{s}.{table}", "--deep") == 0
+
+
+def test_masked_columns_of_every_type_are_hashed_by_the_connector(env):
+    """Dates, timestamps, numbers, booleans, bytes, times and intervals are hashed before
+    Kafka: each masked field of every change in the topic is a hash, and the target holds
+    the hash of the text Spark writes for the value, which `reconcile --deep` (hashing
+    the source's rows in Spark) finds equal."""
+    import re
+
+    s = env.schema
+    assert env.cdc("run", "--available-now", "--table", f"{s}.profiles") == 0
+    env.wait_captured(env.transaction(
+        f'UPDATE "{s}".profiles SET born = born + 1, salary = NULL, vip = NOT vip WHERE id = 1',
+        f'DELETE FROM "{s}".profiles WHERE id = 2'))
+    assert env.cdc("run", "--available-now", "--table", f"{s}.profiles") == 0
+
+    changes = topic_payloads(env.settings.kafka_bootstrap, f"{env.source}.{s}.profiles")
+    assert {p["op"] for p, _ in changes} >= {"r", "u", "d"}
+    for payload, header in changes:
+        assert header == f"{key_fingerprint(MASK_KEY)}:{','.join(sorted(PROFILE_MASKED))}", header
+        for row in (payload["before"], payload["after"]):
+            assert row is None or all(row[c] is None or re.fullmatch("[0-9a-f]{64}", row[c]) for c in PROFILE_MASKED), row
+    (row,) = env.catalog.load_table(f"{s}.profiles").scan().to_arrow().to_pylist()
+    expected = PROFILES[1][1] | {"born": "1987-06-06", "vip": "false"}
+    shown = [c for c in PROFILE_MASKED if c != "pause"]  # an interval's text is Debezium's: reconcile compares it
+    assert {c: row[c] for c in shown} == {c: mask_value(expected[c], MASK_KEY) if c != "salary" else None
+                                          for c in shown}
+    assert row["note"] == "row 1"
+    assert env.cdc("reconcile", "--table", f"{s}.profiles", "--deep") == 0
+
+
+def topic_payloads(bootstrap: str, topic: str) -> list[tuple[dict, str | None]]:
+    """The payload and cdc.masked header of every change event of the topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdc.register.topics import watermarks
+
+    ends = watermarks(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-payloads", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _) in ends.items()])
+    found, left = [], sum(hi - lo for lo, hi in ends.values())
+    try:
+        while left > 0:
+            msg = consumer.poll(10)
+            assert msg is not None and msg.error() is None, f"{topic}: {left} record(s) not read"
+            left -= 1
+            if msg.value() is not None:
+                header = dict(msg.headers() or []).get("cdc.masked")
+                found.append((json.loads(msg.value())["payload"], header.decode() if header else None))
+    finally:
+        consumer.close()
+    return found
 
 
 def cleartext_in_files(location: str, values: list[str]) -> list[str]:

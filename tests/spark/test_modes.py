@@ -189,6 +189,38 @@ def test_a_column_the_connector_hashed_is_not_hashed_again(scratch, table_name):
     assert dead["error_class"] == "mask-key-mismatch" and key_fingerprint(other) in dead["error_message"]
 
 
+def test_masked_columns_of_every_kind_are_hashed_once_as_their_target_text(scratch, table_name):
+    """A masked column that is not text arrives either as the connector's hash (named in the
+    header, its field now a string) or as its wire value (a change from before the
+    connector masked): the second is hashed as Spark writes its target value, so both give
+    the hash the connector makes; a wire value that does not fit is set aside."""
+    from cdc.sources.types import Column
+
+    key = b"a masking key of the test"
+    columns = (Column("id", "int", nullable=False), Column("d", "date"), Column("ts", "timestamp_us"),
+               Column("tz", "timestamptz"), Column("b", "binary"), Column("f", "double"), Column("ok", "boolean"),
+               Column("t", "time_us"), Column("n", "decimal", precision=10, scale=2))
+    masked = tuple(c.name for c in columns[1:])
+    h = Harness(*scratch, table_name, columns=columns, mask=masked, mask_key=key)
+    text = {"d": "2024-05-01", "ts": "2024-05-01 10:00:00.5", "tz": "2024-05-01 10:00:00.123456", "b": "bytes",
+            "f": "1.0E20", "ok": "true", "t": "10:00:00.000250", "n": "12.50"}
+    hashed = {c: mask_value(v, key) for c, v in text.items()}
+    every = [("cdc.masked", f"{key_fingerprint(key)}:{','.join(sorted(masked))}".encode())]
+    h.topic.change("c", {"id": 1, **hashed}, 100, 110, headers=every)
+    wire = {"d": 19844, "ts": 1714557600500000, "tz": "2024-05-01T10:00:00.123456Z", "b": "Ynl0ZXM=", "f": 1e20,
+            "ok": True, "t": 36000000250, "n": "12.5"}
+    h.topic.change("c", {"id": 2, **wire}, 100, 120)  # from before the connector masked
+    some = [("cdc.masked", f"{key_fingerprint(key)}:d,n".encode())]  # the connector left the others
+    h.topic.change("c", {"id": 3, **wire, "d": hashed["d"], "n": hashed["n"]}, 100, 130, headers=some)
+    h.topic.change("c", {"id": 4, **wire, "d": "not a day"}, 100, 140)
+    h.apply()
+    for i in (1, 2, 3):
+        assert {c: h.rows()[i][c] for c in masked} == hashed, i
+    assert 4 not in h.rows()
+    (dead,) = h.dead_letters()
+    assert dead["error_class"] == "value-does-not-fit" and "d" in dead["error_message"]
+
+
 def test_a_masked_table_without_a_key_is_refused(scratch, table_name):
     with pytest.raises(ValueError, match="masking key"):
         Harness(*scratch, table_name, mask=("v",))

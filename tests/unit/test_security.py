@@ -159,3 +159,18 @@ def test_a_source_table_two_registrations_read_is_protected_by_the_connector_as_
                                               reg("shop.people_raw", mask=["email", "odd,name"])])
     # the jobs hash phone for the first and exclude ssn from it; a name with a comma stays with the jobs
     assert both["transforms.cdcmask.columns"] == "shop.people.email" and "column.exclude.list" not in both
+
+
+def test_a_masked_array_is_refused_where_the_connector_masks(tmp_path):
+    from cdc.planning.protect import check_connector_masks
+    from cdc.sources.types import Column
+
+    reg = TableRegistration(name="shop.people", source={"name": "src", "schema": "shop", "table": "people"},
+                            mask=["tags", "born"])
+    columns = (Column("id", "int"), Column("tags", "array", element="string"), Column("born", "date"))
+    s = settings(tmp_path)
+    with pytest.raises(ConfigError, match="masked array column.*tags would reach Kafka in clear"):
+        check_connector_masks(s, reg, columns)
+    check_connector_masks(s, reg, columns[::2])  # a date is hashed by the connector
+    check_connector_masks(s.model_copy(update={"masking": s.masking.model_copy(update={"in_connector": False})}),
+                          reg, columns)  # hashed by the jobs alone
