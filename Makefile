@@ -40,6 +40,7 @@ run: stack-up
 
 test: stack-up
 	$(PY) -m pyflakes cdc tests bench
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -ra tests/unit tests/spark tests/integration tests/chaos
 
 test-unit: setup

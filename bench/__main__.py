@@ -40,8 +40,8 @@ from bench import apply, bootstrap, chart, freshness, maintenance, peers
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
 from cdc.jobs.runner import run
-from cdc.jobs.session import get_session
 from cdc.sinks.catalog import load_catalog
+from cdc.sinks.session import get_session
 from cdc.stack.manager import Stack
 
 ROOT = Path(__file__).resolve().parents[1]

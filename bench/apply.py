@@ -4,10 +4,10 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from bench.workload import Events, changes, fill, produce, registration, timed
+from cdc.jobs import metrics
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.runner import open_target, run, stream_query
 from cdc.planning.sql import q
-from cdc.report import metrics
 
 
 class AppendLimit(TableApplier):

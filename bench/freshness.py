@@ -21,7 +21,7 @@ from cdc.jobs.runner import run
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import register
 from cdc.register.topics import watermarks
-from cdc.report.status import last_committed
+from cdc.sinks.found import last_committed
 from cdc.sources import postgres
 
 TICK_S = 0.1

@@ -18,9 +18,9 @@ from pyiceberg.expressions import In
 from bench.workload import fill, initial_rows, registration, timed
 from cdc.config.clients import java_kafka_properties
 from cdc.decoding.spark_decode import decode
-from cdc.sinks.iceberg import table_columns
+from cdc.sinks.targets import table_columns
 
-DELTA_CONF = {  # Delta's extension and catalog are in every cdc session (jobs/session.py)
+DELTA_CONF = {  # Delta's extension and catalog are in every cdc session (sinks/session.py)
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 VALUES = ("v", "n", "at", "_cdc_op", "_cdc_position", "_cdc_source_ts", "_cdc_kafka_partition", "_cdc_kafka_offset")

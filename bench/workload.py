@@ -19,7 +19,8 @@ from cdc.planning.merge import DELETES_SUFFIX, table_ref
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import register
 from cdc.register.topics import ensure_topics, watermarks
-from cdc.sinks.iceberg import ensure_table, table_columns
+from cdc.sinks.iceberg import ensure_table
+from cdc.sinks.targets import table_columns
 from cdc.sources import postgres
 
 SCHEMA = "bench"

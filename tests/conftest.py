@@ -48,7 +48,7 @@ def settings():
 @pytest.fixture(scope="session")
 def spark(settings):
     """The run's one SparkSession (the same one `cdc run` in-process gets)."""
-    from cdc.jobs.session import get_session
+    from cdc.sinks.session import get_session
 
     session = get_session(settings, app_name="cdc-tests")
     yield session

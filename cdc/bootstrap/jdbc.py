@@ -7,9 +7,9 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc.bootstrap.plan import ROW_POSITION, Chunk
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import SourceError
+from cdc.planning.bootstrap import ROW_POSITION, Chunk
 from cdc.planning.sql import q
 from cdc.sources import postgres
 from cdc.sources.types import Column

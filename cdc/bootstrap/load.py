@@ -2,7 +2,7 @@
 
 - `jdbc`: the source is read in parallel by Spark's JDBC reader inside one exported
   snapshot, in key-range chunks each appended in bulk (no MERGE); the snapshot's horizon
-  is recorded, and the job drops the changes it already holds (see `plan.py`).
+  is recorded, and the job drops the changes it already holds (see `planning/bootstrap.py`).
 - `debezium`: the target is emptied and Debezium's incremental snapshot (through the
   signal table) re-reads the table into its topic; the job applies it.
 
@@ -21,21 +21,21 @@ import uuid
 from dataclasses import asdict
 
 from cdc.bootstrap import jdbc
-from cdc.bootstrap.plan import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNING, START, Bootstrap, SourceSnapshot,
-                                chunk_count, plan_chunks)
 from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.faults import crash_point
 from cdc.errors import ConfigError, DependencyError
 from cdc.jobs.runner import load_target, run
-from cdc.jobs.session import get_session
-from cdc.report.log import log
+from cdc.log import log
+from cdc.planning.bootstrap import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNING, START, Bootstrap, SourceSnapshot,
+                                chunk_count, plan_chunks)
 from cdc.planning.protect import mask_columns, target_mask_key
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.topics import topic_id, watermarks
-from cdc.sinks.iceberg import check_owner, check_protection, table_columns
-from cdc.sinks.targets import shown_name
+from cdc.sinks.formats import shown_name
+from cdc.sinks.session import get_session
+from cdc.sinks.targets import check_owner, check_protection, table_columns
 from cdc.sources import module_of, postgres
 
 DEFAULT_CHUNK_ROWS = 500_000
@@ -51,7 +51,7 @@ def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = N
 def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, chunk_rows: int,
                restart: bool) -> None:
     spark = get_session(settings).newSession()
-    table = load_target(spark, settings, reg)[1]  # sinks/targets.py: Iceberg or Delta
+    table = load_target(spark, settings, reg)[1]  # sinks/formats.py: Iceberg or Delta
     columns, key, topic = table_columns(table.properties())
     check_owner(reg, table.properties(), topic_for(reg.source.name, reg), shown_name(settings, reg))
     check_protection(reg, table.properties())

@@ -13,8 +13,8 @@ from cdc.config import load_settings, load_tables
 from cdc.config.models import SINKS
 from cdc.errors import CdcError, Interrupted
 from cdc.jobs import shutdown
+from cdc.log import FORMATS, log, set_format
 from cdc.report import document
-from cdc.report.log import FORMATS, log, set_format
 
 
 def _stack(args) -> int:
@@ -93,7 +93,7 @@ def _run(args) -> int:
     settings = load_settings(args.config)
     tables = load_tables(settings, args.table)
     if args.metrics_port:
-        from cdc.report.metrics import serve
+        from cdc.jobs.metrics import serve
 
         serve(args.metrics_port)
         print(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 return args.func(args)
             finally:
                 if shutdown.received():  # stopped, or being interrupted: Spark goes before this process
-                    from cdc.jobs.session import stop_spark
+                    from cdc.sinks.session import stop_spark
 
                     stop_spark()
     except CdcError as e:

@@ -22,7 +22,7 @@ from cdc.planning.sql import TOMBSTONE, q
 from cdc.sources.types import Column, placeholder_sql, toastable
 
 OPS = tuple(op.value for op in Operation)
-# With partial JSON results off (see jobs/session.py), a value that does not parse into its
+# With partial JSON results off (see sinks/session.py), a value that does not parse into its
 # column's type voids the whole payload instead of becoming a silent null.
 NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope"
 VALUE_DOES_NOT_FIT = "a value of the envelope does not fit its column type"

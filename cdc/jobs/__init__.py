@@ -1,1 +1,2 @@
-"""Spark jobs: the session, and one streaming query per registered table."""
+"""Spark jobs: one streaming query per registered table, the batch apply, maintenance, and
+their metrics."""

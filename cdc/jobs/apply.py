@@ -1,6 +1,6 @@
 """Applying one micro-batch of one table: decode, skip what the table already holds,
 truncate, dedupe, one MERGE whose commit carries the batch's offsets (Iceberg or Delta,
-see sinks/targets.py)."""
+see sinks/formats.py)."""
 from __future__ import annotations
 
 import json
@@ -20,20 +20,20 @@ from cdc.decoding import avro
 from cdc.decoding.envelope import row_fields
 from cdc.decoding.spark_decode import NON_DATA, decode, refusal, schema_fingerprint, value_schemas
 from cdc.errors import ApplyError
+from cdc.jobs import metrics
+from cdc.log import log
 from cdc.planning import dead_letters
+from cdc.planning import unchanged
 from cdc.planning.dedupe import last_per_key
 from cdc.planning.history import history_changes, stored_versions
-from cdc.planning import unchanged
 from cdc.planning.merge import (KEY_BUCKETS, MOVED, append_sql, deletes_table_sql, forget_deletes_sql,
                                 history_merge_sql, key_bucket, merge_sql, remember_deletes_sql,
                                 remembered_deletes_sql, truncate_sql)
 from cdc.planning.protect import mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.report import metrics
-from cdc.report.log import log
-from cdc.sinks.iceberg import PROP_COLUMNS
-from cdc.sinks.targets import TABLE_CLAUSES, format_of, open_table
+from cdc.sinks.formats import TABLE_CLAUSES, format_of, open_table
+from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
@@ -95,7 +95,7 @@ class UnseenSchema(Exception):
 class TableApplier:
     """The foreachBatch function of one table's query. Its SparkSession is the table's
     own (`spark.newSession()`), so the commit stamps set here land on this table only.
-    `target_ref` names an Iceberg table or a Delta table's path (sinks/targets.py); the
+    `target_ref` names an Iceberg table or a Delta table's path (sinks/formats.py); the
     delete memory and dead letters are tables of the same format."""
 
     name: str

@@ -10,6 +10,7 @@ import re
 from cdc.config.models import Settings, TableRegistration
 from cdc.control.gaps import REFILL
 from cdc.errors import ApplyError, CdcError, ConfigError, DependencyError
+from cdc.sinks.session import spark_log
 
 KAFKA = re.compile(r"org\.apache\.kafka\.common\.(?:errors\.(?:TimeoutException|NetworkException|DisconnectException)"
                    r"|KafkaException)|Timed out waiting for a node assignment|Failed to construct kafka"
@@ -130,8 +131,3 @@ def probe_catalog(settings: Settings) -> str:
     except Exception as e:  # noqa: BLE001 - any client's failure is the answer
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
     return "Spark could not load it; pyiceberg can now"
-
-
-def spark_log(settings: Settings):
-    """The Spark driver's log file: every Java warning and error with its stack trace."""
-    return settings.state_dir / "logs" / "spark.log"

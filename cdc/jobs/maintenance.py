@@ -24,14 +24,14 @@ import sys
 import time
 from dataclasses import dataclass
 
-from cdc.bootstrap.plan import DONE, Bootstrap
-from cdc.bootstrap.plan import PROPERTY as BOOTSTRAP
 from cdc.control.commits import OFFSETS
 from cdc.errors import ApplyError
 from cdc.jobs.apply import run_with_conflict_retries
-from cdc.report.log import log
+from cdc.log import log
+from cdc.planning.bootstrap import DONE, Bootstrap
+from cdc.planning.bootstrap import PROPERTY as BOOTSTRAP
 from cdc.sinks import delta, iceberg_spark
-from cdc.sinks.targets import DeltaTarget
+from cdc.sinks.formats import DeltaTarget
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 ORPHAN_AGE_HOURS = 72  # files younger than this are never taken for orphans (writes in flight; Iceberg wants >= 24)
@@ -135,7 +135,7 @@ def maintain(settings, tables) -> list[dict]:
     A table that fails is reported and the others go on; an ApplyError at the end names them."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from cdc.jobs.session import get_session
+    from cdc.sinks.session import get_session
     from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS
     from cdc.planning.merge import DELETES_SUFFIX
     from cdc.sinks.catalog import load_catalog

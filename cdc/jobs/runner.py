@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdc.bootstrap.plan import check_not_running
 from cdc.config.clients import java_kafka_properties, kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
@@ -19,18 +18,19 @@ from cdc.control.gaps import check_offsets_available
 from cdc.control.replay import check_start, window as replay_window
 from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError
+from cdc.jobs import metrics
 from cdc.jobs import shutdown
-from cdc.jobs.failures import diagnose
 from cdc.jobs.apply import TableApplier
-from cdc.jobs.session import get_session
+from cdc.jobs.failures import diagnose
+from cdc.log import log
+from cdc.planning.bootstrap import check_not_running
+from cdc.planning.protect import target_mask_key
+from cdc.register.capture import source_capture
 from cdc.register.connector import topic_for
 from cdc.register.topics import existing_topics, offsets_at, topic_id, watermarks
-from cdc.report import metrics
-from cdc.report.capture import source_capture
-from cdc.report.log import log
-from cdc.planning.protect import target_mask_key
-from cdc.sinks.iceberg import PROP_SNAPSHOT, check_owner, check_protection, table_columns
-from cdc.sinks.targets import open_table, shown_name, target_refs
+from cdc.sinks.formats import open_table, shown_name, target_refs
+from cdc.sinks.session import get_session
+from cdc.sinks.targets import PROP_SNAPSHOT, check_owner, check_protection, table_columns
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Target:
     """A registered table's target as a job sees it."""
 
     ref: str
-    table: object  # sinks/targets.py: IcebergTarget or DeltaTarget
+    table: object  # sinks/formats.py: IcebergTarget or DeltaTarget
     columns: tuple
     key: tuple[str, ...]
     topic: str
@@ -49,7 +49,7 @@ class Target:
 
 
 def load_target(spark, settings: Settings, reg: TableRegistration):
-    """The reference and the table (sinks/targets.py) of a registered table's target."""
+    """The reference and the table (sinks/formats.py) of a registered table's target."""
     ref = target_refs(settings, reg)[0]
     try:
         return ref, open_table(spark, ref)

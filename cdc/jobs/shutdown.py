@@ -4,7 +4,7 @@ terminal's Ctrl-C, systemd's KillMode=control-group, Kubernetes).
 The first signal asks the command to stop: within `graceful` (a continuous `cdc run`) the
 block is told and stops by itself; anywhere else the main thread is interrupted
 (`Interrupted`). A second signal while stopping ends the process at once. Spark's driver
-JVM runs in a session of its own (jobs/session.py), so a signal to the group reaches only
+JVM runs in a session of its own (sinks/session.py), so a signal to the group reaches only
 this process, which then stops Spark in order (`session.stop_spark`)."""
 from __future__ import annotations
 

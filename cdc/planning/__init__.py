@@ -1,1 +1,2 @@
-"""Planning a micro-batch: positions that order changes, dedupe per key, the MERGE statement."""
+"""Planning a micro-batch: positions that order changes, dedupe per key, the MERGE
+statement; and what a bootstrap records."""

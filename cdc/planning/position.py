@@ -20,22 +20,11 @@ from __future__ import annotations
 
 import json
 
+from cdc.sources.types import parse_lsn
+
 POSITION_WIDTH = 16 + 16 + 1 + 8 + 16
 SNAPSHOT_PHASE = 0
 STREAM_PHASE = 1
-
-
-def parse_lsn(value) -> int:
-    """An LSN from a Debezium source block: an integer, a decimal string, or `X/Y` text."""
-    if value is None or value == "":
-        return 0
-    if isinstance(value, int):
-        return value
-    text = str(value)
-    if "/" in text:
-        hi, lo = text.split("/", 1)
-        return (int(hi, 16) << 32) | int(lo, 16)
-    return int(text)
 
 
 def postgres_position(source: dict, op: str, partition: int, offset: int) -> str:

@@ -1,1 +1,2 @@
-"""`cdc register`: Debezium connectors through Connect's REST API, Iceberg targets."""
+"""`cdc register`: Debezium connectors through Connect's REST API, Iceberg targets, and
+the sources' capture health."""

@@ -13,6 +13,7 @@ import requests
 from cdc.config.clients import HttpClient, http_client, java_kafka_properties
 from cdc.config.models import CONNECTOR_TEMPLATES, MIB, Settings, TableRegistration
 from cdc.errors import ConfigError, ConnectorError, DependencyError
+from cdc.sources.postgres import publication_name, slot_name
 
 AVRO_CONVERTER = "avro-converter.json"  # the converter keys of a source with `format: avro`
 DOWN = ("FAILED", "PAUSED", "STOPPED")  # connector and task states that capture nothing
@@ -25,16 +26,6 @@ def connector_name(source: str) -> str:
 def topic_for(source: str, reg: TableRegistration) -> str:
     """Debezium's topic of a table: <topic.prefix>.<schema>.<table>, prefix = source name."""
     return f"{source}.{reg.source.schema_}.{reg.source.table}"
-
-
-def slot_name(settings: Settings, source: str) -> str:
-    """A PostgreSQL source's replication slot."""
-    return settings.sources[source].slot_name or f"cdc_{source}"
-
-
-def publication_name(settings: Settings, source: str) -> str:
-    """A PostgreSQL source's publication."""
-    return settings.sources[source].publication_name or f"cdc_{source}"
 
 
 def server_id(source: str) -> int:

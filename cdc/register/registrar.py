@@ -12,15 +12,16 @@ from cdc.config.clients import (SECRET_PROPERTIES, jaas_quoted, kafka_access, ka
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import CdcError, ConfigError, ConnectorError
+from cdc.log import log
 from cdc.planning.protect import check_connector_masks, check_mask_key, mask_key
+from cdc.register.capture import format_text, retrying_cause, source_capture, task_error
 from cdc.register.connector import (DOWN, MASK_CLASS, ConnectClient, connector_config, connector_name,
                                     secret_file_ref, topic_for, write_secret)
 from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_layout, watermarks
-from cdc.report.capture import format_text, retrying_cause, source_capture, task_error
-from cdc.report.log import log
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
-from cdc.sinks.targets import shown_name
+from cdc.sinks.formats import shown_name
+from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
 from cdc.sources import module_of, password
 
 
@@ -91,11 +92,11 @@ def ensure_target(settings: Settings, catalog, reg: TableRegistration, src, dry_
 def removed_from_capture(settings: Settings, catalog, reg: TableRegistration) -> str | None:
     """When `cdc tables remove` took the table out of capture and kept its target, and no
     snapshot has been applied since: the time it did."""
-    from cdc.report.status import found_target
+    from cdc.sinks.found import found_target
 
     found = found_target(settings, catalog, reg)
     props = found["properties"] if found else {}
-    return None if props.get(iceberg.PROP_SNAPSHOT) else props.get(iceberg.PROP_CAPTURE_REMOVED) or None
+    return None if props.get(PROP_SNAPSHOT) else props.get(PROP_CAPTURE_REMOVED) or None
 
 
 def check_targets_unique(settings: Settings, selected: list[TableRegistration]) -> None:
@@ -224,7 +225,7 @@ def connector_mask_key(settings: Settings, tables: list[TableRegistration], show
     if shown:
         return secret_file_ref(secrets_dir, "masking-key")
     key = mask_key(settings, masking[0])
-    from cdc.report.status import found_target
+    from cdc.sinks.found import found_target
 
     catalog = load_catalog(settings)
     for t in masking:  # every target the connector's hashes reach was made with this key

@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 
-from cdc.config.loader import load_tables
 from cdc.config.clients import kafka_access
+from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import jobstate
 from cdc.errors import ConnectorError
@@ -22,7 +22,8 @@ from cdc.register.registrar import captured, check_plugins, source_connector_con
 from cdc.register.topics import delete_topics
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
-from cdc.sinks.targets import shown_name
+from cdc.sinks.formats import shown_name
+from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
 from cdc.sources import module_of
 
 
@@ -81,7 +82,7 @@ def _out_of_capture(settings: Settings, reg: TableRegistration) -> list[str]:
 
 def _mark_removed(settings: Settings, reg: TableRegistration) -> list[str]:
     """The target kept, marked out of capture: registering the table again snapshots it."""
-    props = {iceberg.PROP_SNAPSHOT: "", iceberg.PROP_CAPTURE_REMOVED: dt.datetime.now(dt.timezone.utc).isoformat()}
+    props = {PROP_SNAPSHOT: "", PROP_CAPTURE_REMOVED: dt.datetime.now(dt.timezone.utc).isoformat()}
     if reg.sink == "delta":
         if delta.open_table(delta.location(settings, reg.target)) is None:
             return []

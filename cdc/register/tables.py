@@ -64,7 +64,7 @@ def listing(settings: Settings) -> list[dict]:
 
     from cdc.sinks import delta
     from cdc.sinks.catalog import load_catalog
-    from cdc.sinks.targets import shown_name
+    from cdc.sinks.formats import shown_name
 
     catalog = load_catalog(settings)
     out = []

@@ -1,1 +1,2 @@
-"""What users read about their tables: status (lag, positions, job state)."""
+"""What users read about their tables: status (lag, positions, job state), doctor,
+reconciliation."""

@@ -14,17 +14,18 @@ from pyspark.sql import functions as F
 
 from cdc import errors
 from cdc.config.models import Settings, TableRegistration
+from cdc.log import log
 from cdc.planning.position import after_count
 from cdc.planning.protect import target_mask_key
-from cdc.register.connector import ConnectClient, connector_name
 from cdc.planning.sql import q
+from cdc.register.capture import source_capture
+from cdc.register.connector import ConnectClient, connector_name
 from cdc.report import document, history
-from cdc.report.log import log
 from cdc.report.deep import differences
-from cdc.report.capture import source_capture
-from cdc.report.status import found_target, table_status
+from cdc.report.status import table_status
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
+from cdc.sinks.found import found_target
 from cdc.sinks.iceberg import live_rows_filter
 from cdc.sources import module_of, postgres
 
@@ -81,7 +82,7 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
                     wait_s: float, deep=None, clock=time.monotonic, sleep=time.sleep,
                     capture: dict | None = None) -> dict:
     """One table's row. `deep(reg, snapshot, target_snapshot_id)`, when given, compares the
-    rows themselves once the target has caught up. `capture` (report/capture.py): its
+    rows themselves once the target has caught up. `capture` (register/capture.py): its
     source's; a source that does not capture is reported at once, without waiting."""
     stopped = capture is not None and not capture["capturing"]
     deep_reads = deep is not None and settings.sources[reg.source.name].kind == "postgresql"
@@ -158,12 +159,12 @@ def _deep_compare(settings: Settings, limit: int):
     """`deep` for `reconcile_table`: the source read in the count's snapshot against the
     target at the counted snapshot, in Spark."""
     from cdc.bootstrap import jdbc
-    from cdc.bootstrap.plan import Chunk
+    from cdc.planning.bootstrap import Chunk
     from cdc.jobs.runner import load_target
-    from cdc.jobs.session import get_session
+    from cdc.sinks.session import get_session
     from cdc.report import deep
     from cdc.planning.protect import mask_columns
-    from cdc.sinks.iceberg import LIVE_ROWS, table_columns
+    from cdc.sinks.targets import LIVE_ROWS, table_columns
 
     spark = get_session(settings).newSession()
 

@@ -7,70 +7,23 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyiceberg.exceptions import NoSuchTableError
-
-from cdc.bootstrap.plan import PROPERTY, Bootstrap
 from cdc import errors
 from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
-from cdc.planning import dead_letters
+from cdc.planning.bootstrap import PROPERTY, Bootstrap
+from cdc.register.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, slot_warning, source_capture
+from cdc.register.capture import format_text as capture_lines
 from cdc.register.connector import ConnectClient
 from cdc.register.topics import record_times, watermarks
-from cdc.report.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, slot_warning, source_capture
-from cdc.report.capture import format_text as capture_lines
-from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
-from cdc.sinks.iceberg import PROP_TOPIC
-from cdc.sinks.targets import shown_name
-
-
-def last_committed(table) -> dict | None:
-    """The newest summary with cdc offsets in the current snapshot's ancestry."""
-    snap = table.current_snapshot()
-    while snap is not None:
-        props = snap.summary.additional_properties if snap.summary else {}
-        if commits.OFFSETS in props:
-            return props
-        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
-    return None
+from cdc.sinks.formats import shown_name
+from cdc.sinks.found import found_target
+from cdc.sinks.targets import PROP_TOPIC
 
 
 def _iso_ms(ms) -> str | None:
     return dt.datetime.fromtimestamp(int(ms) / 1000, dt.timezone.utc).isoformat() if ms is not None else None
-
-
-def _iceberg(catalog, reg: TableRegistration) -> dict | None:
-    """What status reads of an Iceberg target (None: there is none)."""
-    try:
-        table = catalog.load_table(reg.target)
-    except NoSuchTableError:
-        return None
-    snap = table.current_snapshot()
-    try:
-        dead = catalog.load_table(reg.target + dead_letters.SUFFIX).scan().count()
-    except NoSuchTableError:
-        dead = 0
-    return {"properties": table.properties, "summary": last_committed(table), "location": table.metadata.location,
-            "snapshot_id": snap.snapshot_id if snap else None, "snapshot_ms": snap.timestamp_ms if snap else None,
-            "dead_letters": dead}
-
-
-def _delta(settings: Settings, reg: TableRegistration) -> dict | None:
-    """The same of a Delta target: its version stands for the snapshot."""
-    table = delta.open_table(delta.location(settings, reg.target))
-    if table is None:
-        return None
-    letters = delta.open_table(delta.location(settings, reg.target, dead_letters.SUFFIX))
-    newest = table.history(1)[0]
-    return {"properties": delta.properties(table), "summary": delta.last_committed(table),
-            "location": table.table_uri, "snapshot_id": table.version(), "snapshot_ms": newest.get("timestamp"),
-            "dead_letters": delta.live_rows(letters, "upsert") if letters is not None else 0}
-
-
-def found_target(settings: Settings, catalog, reg: TableRegistration) -> dict | None:
-    """The table's target as status reads it (its properties, newest summary, ...), or None."""
-    return _delta(settings, reg) if reg.sink == "delta" else _iceberg(catalog, reg)
 
 
 def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
@@ -106,7 +59,7 @@ def _bootstrap(properties: dict) -> dict | None:
 
 
 def status(settings: Settings, tables: list[TableRegistration]) -> tuple[list[dict], list[dict]]:
-    """Each table's row, and each of their sources' capture (report/capture.py). A table
+    """Each table's row, and each of their sources' capture (register/capture.py). A table
     whose source does not capture is in state `capture-stopped`, whatever its job does."""
     catalog = load_catalog(settings)
     client = ConnectClient.of(settings)

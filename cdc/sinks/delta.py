@@ -12,13 +12,14 @@ from cdc.control.commits import OFFSETS
 from cdc.errors import ApplyError, ConfigError
 from cdc.planning.protect import check_mask_key
 from cdc.planning.sql import q
-from cdc.sinks.iceberg import (LIVE_ROWS, METADATA_COLUMNS, MODE_COLUMNS, PROP_KEY, PROP_SNAPSHOT, check_owner,
+from cdc.sinks.session import get_session
+from cdc.sinks.targets import (LIVE_ROWS, METADATA_COLUMNS, MODE_COLUMNS, PROP_KEY, PROP_SNAPSHOT, check_owner,
                                check_protection, protection_properties, target_properties)
 from cdc.sources.types import Column
 
 # Deletes and updates mark rows in deletion vectors instead of rewriting files.
 TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
-# Spark SQL types of the Iceberg types of the `_cdc_*` columns.
+# Spark SQL types of the kinds of the `_cdc_*` columns.
 SPARK_TYPES = {"string": "STRING", "timestamptz": "TIMESTAMP", "int": "INT", "long": "BIGINT", "boolean": "BOOLEAN"}
 
 
@@ -48,8 +49,8 @@ def create_sql(table_ref: str, columns: tuple[Column, ...], mode: str, masked: t
     hash), the `_cdc_*` metadata columns and those of the mode, unpartitioned."""
     cols = [f"{q(c.name)} {'STRING' if c.name in masked else c.spark_type}{'' if c.nullable else ' NOT NULL'}"
             for c in columns]
-    cols += [f"{q(name)} {SPARK_TYPES[str(typ)]} COMMENT {_literal(doc)}"
-             for name, typ, doc in METADATA_COLUMNS + MODE_COLUMNS[mode]]
+    cols += [f"{q(name)} {SPARK_TYPES[kind]} COMMENT {_literal(doc)}"
+             for name, kind, doc in METADATA_COLUMNS + MODE_COLUMNS[mode]]
     return (f"CREATE TABLE {table_ref} ({', '.join(cols)}) USING delta "
             f"TBLPROPERTIES ({properties_sql({**TABLE_PROPERTIES, **props})})")
 
@@ -103,12 +104,6 @@ def live_rows(table, mode: str) -> int:
     return int(pa.table(result.read_all()).column("n")[0].as_py())
 
 
-def _spark(settings: Settings):
-    from cdc.jobs.session import get_session
-
-    return get_session(settings)
-
-
 def ensure_table(settings: Settings, reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
                  topic: str, dry_run: bool = False, mask_key: bytes | None = None) -> bool:
     """Create the target if it is missing (True; with `dry_run`: when it would be, and
@@ -131,12 +126,12 @@ def ensure_table(settings: Settings, reg: TableRegistration, columns: tuple[Colu
         return False
     if dry_run:
         return True
-    _spark(settings).sql(create_sql(ref(path), columns, reg.mode, reg.mask, {**props, **protection_properties(reg)}))
+    get_session(settings).sql(create_sql(ref(path), columns, reg.mode, reg.mask, {**props, **protection_properties(reg)}))
     return True
 
 
 def set_properties(settings: Settings, path: Path, props: dict[str, str]) -> None:
-    _spark(settings).sql(f"ALTER TABLE {ref(path)} SET TBLPROPERTIES ({properties_sql(props)})")
+    get_session(settings).sql(f"ALTER TABLE {ref(path)} SET TBLPROPERTIES ({properties_sql(props)})")
 
 
 def snapshot_pending(settings: Settings, tables: list[TableRegistration]) -> list[TableRegistration]:

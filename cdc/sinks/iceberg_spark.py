@@ -26,6 +26,13 @@ def properties(table) -> dict[str, str]:
     return {k: table.properties().get(k) for k in table.properties().keySet().toArray()}
 
 
+def set_properties(table, props: dict[str, str]) -> None:
+    update = table.updateProperties()
+    for k, v in props.items():
+        update = update.set(k, v)
+    update.commit()
+
+
 def current_snapshot_id(table) -> int | None:
     snap = table.currentSnapshot()
     return None if snap is None else snap.snapshotId()

@@ -1,271 +1,98 @@
-"""A target table as a job sees it, whatever its format: its properties and columns, the
-cdc keys of its last commit with offsets, and how its next commit is stamped with a
-batch's identity. Iceberg stamps the snapshot summary; Delta stamps the commit's
-userMetadata and its idempotent-write marker (application id and version), so Delta
-itself refuses a batch it already holds."""
+"""What every target carries, whatever its format: the `_cdc_*` metadata columns and
+those of its mode, the properties `cdc register` records on it (how a job decodes its
+topic, its owner, mode and protection), and the checks made on them. Each format
+(iceberg.py, delta.py) builds on these; formats.py picks a registration's."""
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 
-from pyspark.sql import functions as F
+from cdc.config.models import TableRegistration
+from cdc.errors import ConfigError
+from cdc.planning.protect import PROP_MASK_KEY, key_fingerprint, protected_columns
+from cdc.sources.types import Column
 
-from cdc.config.models import Settings, TableRegistration
-from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
-from cdc.planning.merge import DELETES_SUFFIX, table_ref
-from cdc.planning.sql import q
-from cdc.sinks import delta, iceberg_spark
+# Metadata columns every target carries, after the source's columns: name, kind (a column
+# kind of sources/types.py), comment.
+METADATA_COLUMNS = (
+    ("_cdc_op", "string", "operation of the last applied change: c, u or r"),
+    ("_cdc_position", "string", "source position of the last applied change (see planning/position.py)"),
+    ("_cdc_source_ts", "timestamptz", "source commit time of the last applied change"),
+    ("_cdc_kafka_partition", "int", "Kafka partition of the last applied change"),
+    ("_cdc_kafka_offset", "long", "Kafka offset of the last applied change"),
+)
 
-SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
-DELTA_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-DELTA_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-DELTA_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-DELTA_PREFIX = "delta.`"
-HISTORY_PAGE = 20  # Delta commits read at a time while looking for the last one with offsets
-
-# How a format's auxiliary tables (delete memory, dead letters) are created.
-TABLE_CLAUSES = {
-    "iceberg": "USING iceberg TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read', "
-               "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')",
-    "delta": f"USING delta TBLPROPERTIES ({delta.properties_sql(delta.TABLE_PROPERTIES)})",
+# Columns of the modes other than upsert, after the metadata columns.
+MODE_COLUMNS = {
+    "upsert": (),
+    "soft_delete": (("_cdc_deleted", "boolean", "true once the row is deleted at the source (soft_delete mode)"),),
+    "history": (
+        ("_cdc_valid_from", "timestamptz", "source commit time from which this version holds (history mode)"),
+        ("_cdc_valid_to", "timestamptz", "source commit time of the next change of the key; null: current"),
+        ("_cdc_current", "boolean", "true for the key's current version (history mode)"),
+    ),
 }
 
+# The rows that mirror the source's current rows, per mode (Spark SQL): what reconciliation counts.
+LIVE_ROWS = {"upsert": "true", "soft_delete": "NOT _cdc_deleted", "history": "_cdc_current"}
 
-def target_refs(settings: Settings, reg: TableRegistration) -> tuple[str, str, str]:
-    """Spark SQL names of a registration's target, delete memory and dead-letter table."""
-    suffixes = ("", DELETES_SUFFIX, DEAD_LETTERS_SUFFIX)
-    if reg.sink == "delta":
-        return tuple(delta.ref(delta.location(settings, reg.target, s)) for s in suffixes)
-    return tuple(table_ref(settings.catalog.name, reg.target + s) for s in suffixes)
-
-
-def shown_name(settings: Settings, reg: TableRegistration) -> str:
-    """How messages name a registration's target: catalog.namespace.table, or the Delta path."""
-    if reg.sink == "delta":
-        return str(delta.location(settings, reg.target))
-    return f"{settings.catalog.name}.{reg.target}"
+PROP_COLUMNS = "cdc.columns"
+PROP_MODE = "cdc.mode"  # the registration's mode, masked and excluded columns, as created
+PROP_MASKED = "cdc.masked"
+PROP_EXCLUDED = "cdc.excluded"
+PROP_KEY = "cdc.key"
+PROP_TOPIC = "cdc.topic"
+PROP_OWNER = "cdc.registration"  # the registration that created the target: the only one that writes it
+PROP_SNAPSHOT = "cdc.source-snapshot"  # how the target's existing rows were captured ("": to capture anew)
+PROP_CAPTURE_REMOVED = "cdc.capture-removed"  # when `cdc tables remove` took the table out of capture
 
 
-def format_of(ref: str) -> str:
-    return "delta" if ref.startswith(DELTA_PREFIX) else "iceberg"
+def protection_properties(reg: TableRegistration) -> dict[str, str]:
+    return {PROP_MODE: reg.mode, PROP_MASKED: json.dumps(sorted(reg.mask)),
+            PROP_EXCLUDED: json.dumps(sorted(reg.exclude))}
 
 
-def open_table(spark, ref: str):
-    """The target `ref` names: an Iceberg table of a catalog or a Delta table's path
-    (`delta.<quoted path>`), with fresh metadata."""
-    return DeltaTarget(spark, ref) if format_of(ref) == "delta" else IcebergTarget(spark, ref)
+def check_protection(reg: TableRegistration, properties: dict) -> None:
+    """The registration's mode, masked and excluded columns must be those the target was
+    created with: a target never changes mode, nor holds a column in clear it once masked."""
+    recorded = {PROP_MODE: "upsert", PROP_MASKED: "[]", PROP_EXCLUDED: "[]"}
+    recorded.update({k: properties[k] for k in recorded if k in properties})
+    wanted = protection_properties(reg)
+    changed = [f"{k[4:]} {recorded[k]} -> {wanted[k]}" for k in wanted if recorded[k] != wanted[k]]
+    if changed:
+        raise ConfigError(f"table {reg.name}: its target {reg.target} was created with other settings: "
+                          f"{'; '.join(changed)}", table=reg.name,
+                          hint="keep the registration as it was, or drop the target (and its __cdc_deletes) "
+                               "and run `cdc register` then `cdc bootstrap` to rebuild it")
 
 
-class IcebergTarget:
-    def __init__(self, spark, ref: str):
-        self.spark, self.ref = spark, ref
-        self.table = iceberg_spark.load_table(spark, ref)  # org.apache.iceberg.Table
-
-    def refresh(self) -> None:
-        self.table.refresh()
-
-    def properties(self) -> dict[str, str]:
-        return iceberg_spark.properties(self.table)
-
-    def set_properties(self, props: dict[str, str]) -> None:
-        update = self.table.updateProperties()
-        for k, v in props.items():
-            update = update.set(k, v)
-        update.commit()
-
-    def has_column(self, name: str) -> bool:
-        return self.table.schema().findField(name) is not None
-
-    def raise_format_version(self, version: int) -> bool:
-        return iceberg_spark.raise_format_version(self.table, version)
-
-    def version(self):
-        """The current snapshot id (None before the first)."""
-        return iceberg_spark.current_snapshot_id(self.table)
-
-    def written(self) -> bool:
-        """Whether anything was ever committed to the table after its creation."""
-        return self.version() is not None
-
-    def holds_no_rows(self) -> bool:
-        return iceberg_spark.holds_no_rows(self.table)
-
-    def stored_bytes(self) -> int:
-        """The size of the current snapshot's data files (from its summary)."""
-        snap = self.table.currentSnapshot()
-        return int((snap.summary().get("total-files-size") if snap is not None else None) or 0)
-
-    def last_committed_summary(self) -> dict | None:
-        return iceberg_spark.last_committed_summary(self.table)
-
-    @contextmanager
-    def stamped(self, props: dict[str, str], txn: tuple[str, int] | None):
-        """The commits in this block carry `props` in their snapshot summary (which holds the
-        batch id: `txn` is Delta's)."""
-        for k, v in props.items():
-            self.spark.conf.set(SNAPSHOT_PROPERTY + k, v)
-        try:
-            yield
-        finally:
-            for k in props:
-                self.spark.conf.unset(SNAPSHOT_PROPERTY + k)
-
-    def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
-        """A commit with no data change carrying `props` (a batch whose changes were no-ops)."""
-        iceberg_spark.commit_summary_only(self.table, props)
-
-    def widen(self, types: dict[str, str]) -> None:
-        """Columns to wider Spark SQL types, in place (Iceberg's type promotion)."""
-        for name, spark_type in types.items():
-            self.spark.sql(f"ALTER TABLE {self.ref} ALTER COLUMN {q(name)} TYPE {spark_type}")
-
-    # What `cdc bootstrap` needs besides.
-
-    def summaries(self):
-        """The cdc keys of the current commit and its ancestors, newest first."""
-        return iceberg_spark.ancestry_summaries(self.table)
-
-    def empty(self, summary: dict[str, str], props: dict[str, str]) -> None:
-        """Every row deleted and `props` set, in a commit carrying `summary`."""
-        iceberg_spark.empty_table(self.spark, self.table, summary, props)
-
-    def append(self, rows, summary: dict[str, str]) -> int:
-        """`rows` appended in one commit carrying `summary`; returns the rows added."""
-        writer = rows.writeTo(self.ref)
-        for k, v in summary.items():
-            writer = writer.option(f"snapshot-property.{k}", v)
-        writer.append()
-        self.refresh()
-        return int(self.table.currentSnapshot().summary().get("added-records") or 0)
-
-    def row_count(self) -> int:
-        self.refresh()
-        return int(next(iceberg_spark.ancestry_summaries(self.table)).get("total-records", 0))
-
-    def commit_summary_and_properties(self, summary: dict[str, str], props: dict[str, str]) -> None:
-        """One commit without data change carrying `summary`, with `props` set."""
-        iceberg_spark.commit_summary_and_properties(self.table, summary, props)
+def check_owner(reg: TableRegistration, properties: dict, topic: str, shown: str) -> None:
+    """The target belongs to `reg`: created by it (or, made before owners were recorded,
+    for the same topic). Another registration naming it is refused before anything changes."""
+    owner, recorded_topic = properties.get(PROP_OWNER), properties.get(PROP_TOPIC)
+    if owner == reg.name or (owner is None and recorded_topic == topic):
+        return
+    whose = (f"belongs to registration {owner}" if owner else
+             f"was registered for topic {recorded_topic}" if recorded_topic else "was not created by `cdc register`")
+    raise ConfigError(f"table {reg.name}: its target {shown} {whose}; a target has one owner", table=reg.name,
+                      hint=f"give {reg.name} a target of its own (`target: <namespace>.<table>` in "
+                           f"{reg.file or 'its registration'})")
 
 
-class DeltaTarget:
-    def __init__(self, spark, ref: str):
-        self.spark, self.ref = spark, ref
-        self.path = ref[len(DELTA_PREFIX):-1].replace("``", "`")
-        jvm = spark._jvm
-        self._log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, self.path)
-        self._none = jvm.scala.Option.empty()
-        self.refresh()
-        if self._snapshot.version() < 0:
-            raise LookupError(f"TABLE_OR_VIEW_NOT_FOUND: no Delta table at {self.path}")
+def target_properties(reg: TableRegistration, columns: tuple[Column, ...], key: tuple[str, ...],
+                      topic: str, mask_key: bytes | None = None) -> tuple[tuple[Column, ...], dict[str, str]]:
+    """The target's columns (masked and excluded ones applied) and the properties that tell
+    a job how to decode its topic."""
+    columns = protected_columns(reg, columns, key)
+    fingerprint = {PROP_MASK_KEY: key_fingerprint(mask_key)} if mask_key else {}
+    return columns, {PROP_COLUMNS: json.dumps([c.to_json() for c in columns]), PROP_KEY: json.dumps(list(key)),
+                     PROP_TOPIC: topic, PROP_OWNER: reg.name, **fingerprint}
 
-    def refresh(self) -> None:
-        self._snapshot = self._log.update(False, self._none, self._none)
 
-    def properties(self) -> dict[str, str]:
-        conf = self._snapshot.metadata().configuration()
-        return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
-
-    def set_properties(self, props: dict[str, str]) -> None:
-        self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({delta.properties_sql(props)})")
-        self.refresh()
-
-    def has_column(self, name: str) -> bool:
-        return name in list(self._snapshot.schema().fieldNames())
-
-    def version(self) -> int:
-        return self._snapshot.version()
-
-    def written(self) -> bool:
-        return not self.holds_no_rows()
-
-    def holds_no_rows(self) -> bool:
-        """No data file: read from the commit's checksum file when there is one (counting
-        the files otherwise takes a Spark job)."""
-        checksum = self._snapshot.checksumOpt()
-        files = checksum.get().numFiles() if checksum.isDefined() else self._snapshot.numOfFiles()
-        return files == 0
-
-    def stored_bytes(self) -> int:
-        """The size of the table's data files (from the commit's checksum file when there is one)."""
-        checksum = self._snapshot.checksumOpt()
-        return int(checksum.get().tableSizeBytes() if checksum.isDefined() else self._snapshot.sizeInBytes())
-
-    def last_committed_summary(self) -> dict | None:
-        """The userMetadata of the newest commit with offsets (delta.committed_summary)."""
-        limit = HISTORY_PAGE
-        while True:
-            commits = [c.asDict() for c in self.spark.sql(f"DESCRIBE HISTORY {self.ref} LIMIT {limit}").select(
-                "version", "operation", "operationParameters", "userMetadata").collect()]
-            summary = delta.committed_summary(commits)
-            if summary is not None or len(commits) < limit:
-                return summary
-            limit *= 4
-
-    @contextmanager
-    def stamped(self, props: dict[str, str], txn: tuple[str, int] | None):
-        """The commits in this block carry `props` as userMetadata and the idempotent-write
-        marker `txn` (application id, batch id): Delta skips a write whose version for that
-        application is not newer than the one its log records."""
-        conf = {DELTA_USER_METADATA: json.dumps(props, sort_keys=True)}
-        if txn is not None:
-            conf.update({DELTA_TXN_APP_ID: txn[0], DELTA_TXN_VERSION: str(txn[1])})
-        for k, v in conf.items():
-            self.spark.conf.set(k, v)
-        try:
-            yield
-        finally:
-            for k in conf:  # session settings outlive the statement: never let them stamp another
-                self.spark.conf.unset(k)
-
-    def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
-        """A MERGE of no rows: with an idempotent-write marker Delta commits it, carrying `props`."""
-        with self.stamped(props, txn):
-            self.spark.sql(f"MERGE INTO {self.ref} t USING (SELECT * FROM {self.ref} LIMIT 0) s ON false "
-                           f"WHEN NOT MATCHED THEN INSERT *")
-        self.refresh()
-
-    def widen(self, types: dict[str, str]) -> None:
-        """Columns to wider types: one commit rewriting the table with the new schema (the
-        type-widening table feature would do it in place, but delta-rs cannot read it)."""
-        table = self.spark.read.format("delta").load(self.path)
-        table = table.select(*[F.col(q(c)).cast(types[c]).alias(c) if c in types else F.col(q(c))
-                               for c in table.columns])
-        table.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(self.path)
-        self.refresh()
-
-    def summaries(self):
-        """The userMetadata of every commit, newest first ({} for a commit without)."""
-        for c in self.spark.sql(f"DESCRIBE HISTORY {self.ref}").select("userMetadata").collect():
-            yield json.loads(c.userMetadata) if c.userMetadata else {}
-
-    def empty(self, summary: dict[str, str], props: dict[str, str]) -> None:
-        """Every row deleted, then `props` set in a commit carrying `summary` (Delta commits
-        no DELETE of an empty table; a crash in between leaves the old properties, and the
-        bootstrap starts over)."""
-        self.spark.sql(f"DELETE FROM {self.ref}")
-        self.commit_summary_and_properties(summary, props)
-
-    def append(self, rows, summary: dict[str, str]) -> int:
-        """`rows` appended (by column name, in the table's types) in one commit carrying `summary`."""
-        schema = self.spark.read.format("delta").load(self.path).schema
-        rows = rows.select(*[F.col(q(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields])
-        with self.stamped(summary, None):
-            rows.write.format("delta").mode("append").save(self.path)
-        metrics = self.spark.sql(f"DESCRIBE HISTORY {self.ref} LIMIT 1").first()["operationMetrics"]
-        self.refresh()
-        return int((metrics or {}).get("numOutputRows") or 0)
-
-    def row_count(self) -> int:
-        return self.spark.read.format("delta").load(self.path).count()
-
-    def file_counts(self) -> dict[str, int]:
-        """Live data files, those with deletion vectors, and versions (from the log)."""
-        self.refresh()
-        files = self._snapshot.allFiles()
-        return {"data_files": int(files.count()),
-                "delete_files": int(files.where("deletionVector IS NOT NULL").count()),
-                "snapshots": int(self._snapshot.version()) + 1}
-
-    def commit_summary_and_properties(self, summary: dict[str, str], props: dict[str, str]) -> None:
-        with self.stamped(summary, None):  # ALTER TABLE always commits, with the userMetadata set
-            self.set_properties(props)
+def table_columns(properties: dict) -> tuple[tuple[Column, ...], tuple[str, ...], str]:
+    """Columns, key and topic recorded on a target by `cdc register`."""
+    try:
+        cols = tuple(Column(**c) for c in json.loads(properties[PROP_COLUMNS]))
+        return cols, tuple(json.loads(properties[PROP_KEY])), properties[PROP_TOPIC]
+    except KeyError as e:
+        raise ConfigError(f"the target table lacks the property {e.args[0]!r} that `cdc register` writes",
+                          hint="run `cdc register` for this table") from None

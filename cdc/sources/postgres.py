@@ -9,9 +9,18 @@ import psycopg.sql
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError, SourceUnreachable
-from cdc.planning.position import parse_lsn
 from cdc.sources import no_key, password
-from cdc.sources.types import Column, check_columns, postgres_column
+from cdc.sources.types import Column, check_columns, parse_lsn, postgres_column
+
+
+def slot_name(settings: Settings, source: str) -> str:
+    """A PostgreSQL source's replication slot."""
+    return settings.sources[source].slot_name or f"cdc_{source}"
+
+
+def publication_name(settings: Settings, source: str) -> str:
+    """A PostgreSQL source's publication."""
+    return settings.sources[source].publication_name or f"cdc_{source}"
 
 
 def connect(settings: Settings, name: str) -> psycopg.Connection:
@@ -219,8 +228,6 @@ def release_capture(conn: psycopg.Connection, settings: Settings, source: str, t
     slot, dropped as soon as no reader holds it (else it keeps WAL for ever), and its
     publication. Returns what was dropped, in words."""
     import time
-
-    from cdc.register.connector import publication_name, slot_name
 
     slot, publication, dropped = slot_name(settings, source), publication_name(settings, source), []
     deadline = time.monotonic() + timeout_s

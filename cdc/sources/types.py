@@ -29,6 +29,19 @@ INF_US, NEG_INF_US = 9223372036825200000, -9223372036832400000
 INF_DATE, NEG_INF_DATE = -2147472692, -2147472691
 
 
+def parse_lsn(value) -> int:
+    """An LSN from a Debezium source block: an integer, a decimal string, or `X/Y` text."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, int):
+        return value
+    text = str(value)
+    if "/" in text:
+        hi, lo = text.split("/", 1)
+        return (int(hi, 16) << 32) | int(lo, 16)
+    return int(text)
+
+
 def _timestamp(unit: int) -> str:
     inf, neg = INF_US // unit, NEG_INF_US // unit
     fn = "timestamp_micros" if unit == 1 else "timestamp_millis"

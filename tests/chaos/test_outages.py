@@ -14,8 +14,8 @@ import time
 import pytest
 import yaml
 
-from cdc.jobs.failures import spark_log
 from cdc.register.connector import ConnectClient, connector_name
+from cdc.sinks.session import spark_log
 from tests.compare import assert_equal, differences, source_rows, target_rows
 from tests.conftest import interrupt, start_driver
 

@@ -13,8 +13,8 @@ import time
 
 import psycopg
 
-from cdc.bootstrap.plan import PROPERTY, Bootstrap
 from cdc.control.faults import ENV as CRASH_ENV
+from cdc.planning.bootstrap import PROPERTY, Bootstrap
 from tests.compare import assert_equal
 
 

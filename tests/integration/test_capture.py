@@ -11,9 +11,9 @@ import pytest
 import requests
 import yaml
 
+from cdc.jobs import metrics
 from cdc.jobs.runner import watch_capture
 from cdc.register.connector import ConnectClient, connector_name
-from cdc.report import metrics
 from tests.conftest import _cleanup, postgres_env
 
 MIB = 1024 * 1024

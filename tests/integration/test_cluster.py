@@ -17,7 +17,7 @@ import pyspark
 import pytest
 import requests
 
-from cdc.jobs.session import LOG_CONFIG
+from cdc.sinks.session import LOG_CONFIG
 from tests.conftest import ROOT, _cleanup, free_port, postgres_env, tail, wait_or_kill
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent

@@ -223,7 +223,7 @@ def test_recreated_topic_is_detected_not_consumed(fenv, capsys):
 
 
 def test_bootstrap_and_maintenance_of_a_delta_target_keep_it_exact(denv, capsys):
-    from cdc.bootstrap.plan import PROPERTY, Bootstrap
+    from cdc.planning.bootstrap import PROPERTY, Bootstrap
     from cdc.sinks import delta
 
     name, t = f"{denv.schema}.crash_a", f'"{denv.schema}".crash_a'

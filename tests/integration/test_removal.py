@@ -9,7 +9,7 @@ import requests
 
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.topics import existing_topics
-from cdc.sinks.iceberg import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
+from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
 from tests.conftest import _cleanup, postgres_env
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cdc.sinks.iceberg import PROP_SNAPSHOT
+from cdc.sinks.targets import PROP_SNAPSHOT
 
 
 def test_snapshot_never_jdbc_and_initial_without_waiting(it_env, capsys):

@@ -1,7 +1,7 @@
 """The bootstrap's held-change check as Spark SQL agrees with its pure definition."""
 import random
 
-from cdc.bootstrap.plan import Bootstrap, Chunk, SourceSnapshot, DONE
+from cdc.planning.bootstrap import Bootstrap, Chunk, SourceSnapshot, DONE
 from cdc.planning.position import encode
 
 

@@ -3,8 +3,9 @@ per data file, read back by pyiceberg, properties still written through `cdc reg
 from __future__ import annotations
 
 from cdc.sinks import iceberg_spark
-from cdc.sinks.iceberg import PROP_SNAPSHOT, mark_snapshotted
-from cdc.sinks.targets import open_table
+from cdc.sinks.formats import open_table
+from cdc.sinks.iceberg import mark_snapshotted
+from cdc.sinks.targets import PROP_SNAPSHOT
 from tests.spark.test_merge_semantics import Harness
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 from cdc.control.commits import parse_offsets
 from cdc.jobs.maintenance import Retention, maintain_delta_table, maintain_table, table_files
 from cdc.sinks import iceberg_spark
-from cdc.sinks.targets import DeltaTarget, open_table
+from cdc.sinks.formats import DeltaTarget, open_table
 from tests.spark.test_merge_semantics import Harness
 
 
@@ -85,7 +85,7 @@ def test_maintenance_while_batches_apply_loses_nothing(scratch, table_name):
 
 
 def test_no_snapshot_expires_while_a_bootstrap_is_unfinished(scratch, table_name):
-    from cdc.bootstrap.plan import PROPERTY, RUNNING, Bootstrap
+    from cdc.planning.bootstrap import PROPERTY, RUNNING, Bootstrap
 
     spark, catalog = scratch
     h = Harness(spark, catalog, table_name)

@@ -17,7 +17,8 @@ from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS, dead_letters_ref
 from cdc.planning.merge import DELETES_SUFFIX, deletes_ref, table_ref
 from cdc.planning.position import source_part
 from cdc.sinks import delta
-from cdc.sinks.iceberg import ensure_table, target_properties
+from cdc.sinks.iceberg import ensure_table
+from cdc.sinks.targets import target_properties
 from cdc.sources.types import Column
 from tests.compare import delta_records, delta_summaries
 from tests.events import Topic
@@ -211,7 +212,7 @@ def test_delta_refuses_a_second_commit_of_a_batch_it_holds(scratch, table_name, 
     itself skips a write stamped with a batch its log already records."""
     from deltalake import DeltaTable
 
-    from cdc.sinks.targets import open_table
+    from cdc.sinks.formats import open_table
 
     spark, catalog = scratch
     h = Harness(spark, catalog, table_name, sink="delta", delta_root=tmp_path)

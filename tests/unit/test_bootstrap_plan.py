@@ -1,9 +1,9 @@
 import pytest
 
 from cdc.bootstrap.load import Progress
-from cdc.bootstrap.plan import (DONE, PROPERTY, RUNNING, Bootstrap, Chunk, SourceSnapshot, check_not_running,
-                                chunk_count, plan_chunks)
 from cdc.errors import ApplyError
+from cdc.planning.bootstrap import (DONE, PROPERTY, RUNNING, Bootstrap, Chunk, SourceSnapshot, check_not_running,
+                                chunk_count, plan_chunks)
 
 
 def test_snapshot_horizon_is_parsed_to_debezium_xids():

@@ -1,12 +1,12 @@
-"""Capture health in words (report/capture.py) and the record size limit's settings."""
+"""Capture health in words (register/capture.py) and the record size limit's settings."""
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from cdc.config.models import KafkaSettings, Settings, SourceSettings, TableRegistration
+from cdc.register.capture import explain, format_text, task_error
 from cdc.register.connector import connector_config
-from cdc.report.capture import explain, format_text, task_error
 
 TRACE = """org.apache.kafka.connect.errors.ConnectException: Unrecoverable exception from producer send callback
 \tat org.apache.kafka.connect.runtime.AbstractWorkerSourceTask.maybeThrowProducerSendException(AbstractWorkerSourceTask.java:340)

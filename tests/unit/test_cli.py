@@ -36,7 +36,7 @@ def test_metrics_port_in_use_is_a_clear_error():
     import pytest
 
     from cdc.errors import ConfigError
-    from cdc.report.metrics import serve
+    from cdc.jobs.metrics import serve
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -48,7 +48,7 @@ def test_metrics_port_in_use_is_a_clear_error():
 def test_log_lines_as_json(tmp_path, capsys, monkeypatch):
     import json
 
-    from cdc.report.log import log
+    from cdc.log import log
 
     assert main(["--log-format", "json", "--config", str(tmp_path / "none.yaml"), "register"]) == 2
     (line,) = capsys.readouterr().err.splitlines()

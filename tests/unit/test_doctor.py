@@ -1,10 +1,11 @@
-"""`cdc doctor`'s decisions, from the values a source or a service shows, and its output."""
+"""`cdc doctor`'s decisions (report/checks.py), from the values a source or a service shows, and its output."""
 from __future__ import annotations
 
 import json
 
 from cdc.errors import ConfigError
-from cdc.report import doctor as d
+from cdc.report import checks as d
+from cdc.report import doctor
 from cdc.sources.mariadb import BINLOG_WANTED, binlog_wrong
 
 
@@ -155,7 +156,7 @@ def _sample():
 
 
 def test_text_output_one_line_per_check_the_fix_below_and_a_summary():
-    lines = d.format_text(_sample()).splitlines()
+    lines = doctor.format_text(_sample()).splitlines()
     assert lines == [
         "ok    kafka: 127.0.0.1:19092 answers",
         "FAIL  [pg] wal_level: replica (logical decoding needs logical)",
@@ -171,15 +172,15 @@ def test_text_output_one_line_per_check_the_fix_below_and_a_summary():
 
 def test_json_output_and_exit_codes():
     checks = _sample()
-    doc = json.loads(d.format_json(checks))
+    doc = json.loads(doctor.format_json(checks))
     assert doc["schema_version"] == 1 and doc["ok"] is False
     assert [c["status"] for c in doc["checks"]] == ["ok", "FAIL", "FAIL", "warn"]
     assert doc["checks"][2] == {"status": "FAIL", "name": "table_logged", "ok": False,
                                 "found": '"s"."t" is UNLOGGED: it writes no WAL, so no change of it is captured',
                                 "fix": 'ALTER TABLE "s"."t" SET LOGGED', "source": "pg", "table": "s.t",
                                 "warn": False}
-    assert d.exit_code(checks) == 1
-    assert d.exit_code([checks[0], checks[3]]) == 0  # a warning is no failure
+    assert doctor.exit_code(checks) == 1
+    assert doctor.exit_code([checks[0], checks[3]]) == 0  # a warning is no failure
 
 
 def test_unknown_source_is_a_configuration_error(tmp_path, capsys):

@@ -1,6 +1,6 @@
 from prometheus_client import REGISTRY
 
-from cdc.report import metrics
+from cdc.jobs import metrics
 
 
 def value(name: str, **labels) -> float | None:

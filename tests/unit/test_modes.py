@@ -8,7 +8,8 @@ from cdc.config.models import MaskingSettings, Settings, TableRegistration
 from cdc.errors import ConfigError
 from cdc.planning.merge import history_merge_sql, merge_sql, truncate_sql
 from cdc.planning.protect import mask_key, protected_columns
-from cdc.sinks.iceberg import build_schema, check_protection, protection_properties
+from cdc.sinks.iceberg import build_schema
+from cdc.sinks.targets import check_protection, protection_properties
 from cdc.sources.types import Column
 
 SRC = {"name": "pg", "schema": "s", "table": "t"}

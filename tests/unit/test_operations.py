@@ -69,7 +69,7 @@ def test_status_bounds_are_whole_numbers(capsys):
 
 
 def test_an_inactive_slot_over_its_wal_threshold_is_a_problem():
-    from cdc.report.capture import format_text
+    from cdc.register.capture import format_text
 
     slot = {"name": "cdc_pg", "active": False, "retained_wal_bytes": 3 * 2**30, "wal_status": "extended",
             "wal_warn_bytes": 2**30, "over_wal_warn": True}

@@ -52,7 +52,7 @@ def test_wheel_carries_every_file_of_the_package(wheel_files):
     """Templates, log settings, the sample database: whatever cdc/ holds besides code."""
     data = {f"cdc/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*")
             if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
-    assert {"cdc/jobs/log4j2.properties", "cdc/stack/templates/connect-worker.properties"} <= data
+    assert {"cdc/sinks/log4j2.properties", "cdc/stack/templates/connect-worker.properties"} <= data
     assert data - wheel_files == set()
 
 

@@ -1,4 +1,5 @@
-from cdc.planning.position import encode, parse_lsn, postgres_position, source_part
+from cdc.planning.position import encode, postgres_position, source_part
+from cdc.sources.types import parse_lsn
 
 
 def pos(seq, op="u", lsn=None, partition=0, offset=0):

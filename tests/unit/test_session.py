@@ -5,7 +5,7 @@ import pytest
 
 from cdc.config.models import Settings
 from cdc.errors import ConfigError
-from cdc.jobs.session import session_conf, submitted_conf
+from cdc.sinks.session import session_conf, submitted_conf
 
 
 def test_spark_submit_master_jars_and_conf_win_over_cdc_yaml(tmp_path):

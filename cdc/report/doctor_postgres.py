@@ -1,15 +1,15 @@
 """`cdc doctor` for PostgreSQL sources: what the server, the user and each registered
-table hold, read from the catalogs and judged by cdc.report.doctor's decisions."""
+table hold, read from the catalogs and judged by the decisions in cdc.report.checks."""
 from __future__ import annotations
 
 import psycopg
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
-from cdc.register.connector import publication_name, slot_name
-from cdc.report import doctor as d
-from cdc.report.doctor import Check
+from cdc.report import checks as d
+from cdc.report.checks import Check
 from cdc.sources import postgres
+from cdc.sources.postgres import publication_name, slot_name
 
 
 def server_checks(conn: psycopg.Connection, settings: Settings, source: str) -> list[Check]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 
+from cdc.config.loader import load_tables
 from cdc.config.models import MIB, Settings
 from cdc.errors import CdcError
-from cdc.config.loader import load_tables
-from cdc.register.connector import ConnectClient, connector_name, slot_name, topic_for
+from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.sources import module_of
+from cdc.sources.postgres import slot_name
 
 RUNNING = "RUNNING"
 CAPTURE_STOPPED = "capture-stopped"  # a table's state while its source does not capture

@@ -1,13 +1,13 @@
 """`cdc doctor` for MariaDB sources: the binary log's settings, GTIDs, retention, the
-user's grants and each registered table, judged by cdc.report.doctor's decisions."""
+user's grants and each registered table, judged by the decisions in cdc.report.checks."""
 from __future__ import annotations
 
 import pymysql
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
-from cdc.report import doctor as d
-from cdc.report.doctor import Check
+from cdc.report import checks as d
+from cdc.report.checks import Check
 from cdc.sources import mariadb
 
 

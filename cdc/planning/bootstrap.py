@@ -20,8 +20,9 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from cdc.errors import ApplyError
-from cdc.planning.position import encode, parse_lsn
+from cdc.planning.position import encode
 from cdc.planning.sql import q
+from cdc.sources.types import parse_lsn
 
 PROPERTY = "cdc.bootstrap"  # table property: the bootstrap's plan and state (JSON)
 START = "cdc.bootstrap-start"  # snapshot summary: the commit that emptied the target

@@ -17,10 +17,14 @@ from pathlib import Path
 
 from cdc.config.models import Settings
 from cdc.errors import ConfigError
-from cdc.jobs.failures import spark_log
 from cdc.sinks.catalog import spark_catalog_conf
 
 LOG_CONFIG = Path(__file__).parent / "log4j2.properties"
+
+
+def spark_log(settings: Settings):
+    """The Spark driver's log file: every Java warning and error with its stack trace."""
+    return settings.state_dir / "logs" / "spark.log"
 
 
 def spark_jars(settings: Settings) -> list[str]:
