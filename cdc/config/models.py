@@ -1,4 +1,6 @@
-"""Frozen configuration models. Defaults live here and nowhere else."""
+"""Frozen configuration models. Defaults live here and nowhere else, and so do the
+descriptions of every key: `python -m cdc.config.reference` turns them into
+docs/reference/ and docs/schema/."""
 from __future__ import annotations
 
 import re
@@ -6,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TOPIC_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -26,22 +29,48 @@ class Frozen(BaseModel):
 class StackSettings(Frozen):
     """The local services `cdc stack up` runs: ports, heaps and the state directory."""
 
-    state_dir: Path = Path(".state")
-    kafka_port: int = Field(19092, ge=1, le=65535)
-    kafka_controller_port: int = Field(19093, ge=1, le=65535)
-    connect_port: int = Field(18083, ge=1, le=65535)
-    postgres_port: int = Field(15432, ge=1, le=65535)
-    # MariaDB runs only when a port is set (a MariaDB source on the local stack).
-    mariadb_port: int | None = Field(None, ge=1, le=65535)
-    # The schema registry runs only when a port is set (a source with `format: avro`).
-    registry_port: int | None = Field(None, ge=1, le=65535)
-    kafka_heap: str = "512m"
-    connect_heap: str = "768m"
-    registry_heap: str = "384m"
-    # A second listener of the broker, SASL_SSL with SCRAM-SHA-512 and a certificate made
-    # at `stack up`; the Connect worker then reaches Kafka through it. None: none.
-    kafka_sasl_port: int | None = Field(None, ge=1, le=65535)
-    start_timeout_s: int = Field(180, ge=5)
+    state_dir: Path = Field(
+        Path(".state"),
+        description="The directory of the local stack's data and logs, and of the job states and per-table locks "
+                    "that `cdc status` reads. With Spark's cluster deploy mode, put it on a mount every driver host "
+                    "shares.")
+    kafka_port: int = Field(
+        19092, ge=1, le=65535,
+        description="Port of the local broker's PLAINTEXT listener on 127.0.0.1; `kafka.bootstrap_servers` "
+                    "defaults to it.")
+    kafka_controller_port: int = Field(
+        19093, ge=1, le=65535,
+        description="Port of the local broker's KRaft controller listener on 127.0.0.1; only the broker uses it.")
+    connect_port: int = Field(
+        18083, ge=1, le=65535,
+        description="Port of the local Kafka Connect worker's REST API; `connect.url` defaults to it.")
+    postgres_port: int = Field(
+        15432, ge=1, le=65535,
+        description="Port of the local stack's PostgreSQL (`wal_level=logical`); a source on the local stack "
+                    "gives the same `port`.")
+    mariadb_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="Port of the local stack's MariaDB, which runs only when this is set (a MariaDB source on the "
+                    "local stack). Unset: no MariaDB.")
+    registry_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="Port of the local schema registry (Apicurio), which runs only when this is set: sources with "
+                    "`format: avro` need it unless `schema_registry.url` names another registry. Unset: no registry.")
+    kafka_heap: str = Field(
+        "512m", description="JVM heap of the local broker (its -Xms and -Xmx, in Java's size syntax: 512m, 2g).")
+    connect_heap: str = Field(
+        "768m", description="JVM heap of the local Kafka Connect worker (its -Xms and -Xmx, e.g. 768m).")
+    registry_heap: str = Field(
+        "384m", description="JVM heap of the local schema registry (its -Xms and -Xmx, e.g. 384m).")
+    kafka_sasl_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="Port of a second listener of the local broker, SASL_SSL with SCRAM-SHA-512 and a certificate "
+                    "made at `stack up`; the Connect worker then reaches Kafka through it, and "
+                    "`cdc stack status --json` says how to reach it. Unset: no such listener.")
+    start_timeout_s: int = Field(
+        180, ge=5,
+        description="Seconds `cdc stack up` waits for each local service to be ready before it gives up; raise it "
+                    "on a slow machine.")
 
 
 MIB = 1024 * 1024
@@ -51,12 +80,19 @@ class TopicSettings(Frozen):
     """How the table topics are made (by `cdc register`, and by the connectors for their own
     topics): set when a topic is created; an existing topic's retention is raised to this."""
 
-    partitions: int = Field(1, ge=1, le=10000)  # a key's changes stay on one partition
-    replication_factor: int = Field(-1, ge=-1, le=32)  # -1: the broker's default.replication.factor
-    # How long Kafka keeps a change record. None: for ever, so a table's first run (which
-    # reads its snapshot from the topic's earliest record) and `replay --from-earliest`
-    # always find every change; `cdc register` warns below a table's delete_horizon_hours.
-    retention_hours: int | None = Field(None, ge=1)
+    partitions: int = Field(
+        1, ge=1, le=10000,
+        description="Partitions of each table topic. A key's changes stay on one partition, so they stay in order "
+                    "with any count; more partitions spread a table's reads over more Spark tasks.")
+    replication_factor: int = Field(
+        -1, ge=-1, le=32,
+        description="Replicas of each table topic; -1 takes the broker's `default.replication.factor` "
+                    "(0 is refused).")
+    retention_hours: int | None = Field(
+        None, ge=1,
+        description="How long Kafka keeps a change record, in hours. Unset (null): for ever, so a table's first "
+                    "run (which reads its snapshot from the topic's earliest record) and `replay --from-earliest` "
+                    "always find every change; `cdc register` warns below a table's `options.delete_horizon_hours`.")
 
     @field_validator("replication_factor")
     @classmethod
@@ -75,22 +111,49 @@ class KafkaSecurity(Frozen):
     the MariaDB connector's schema history): the protocol, SASL and TLS. Secrets come from
     the environment (`password: ${KAFKA_PASSWORD}`) or files, never from this file."""
 
-    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
-    username: str | None = None  # SASL user; OAUTHBEARER: the OAuth client id
-    password: SecretStr | None = None  # SASL password; OAUTHBEARER: the OAuth client secret
-    password_file: Path | None = None
-    token_endpoint_url: str | None = None  # OAUTHBEARER: the identity provider's token endpoint
-    scope: str | None = None  # OAUTHBEARER: the scope asked for, if the provider wants one
-    ca_file: Path | None = None  # TLS: the CA certificate(s) (PEM) the brokers' certificates are checked against
-    keystore_file: Path | None = None  # TLS client authentication: a PKCS#12 file with the key and certificate
-    keystore_password: SecretStr | None = None
-    keystore_password_file: Path | None = None
-    # What connector configs (the MariaDB connector's schema history clients) carry in
-    # place of the SASL password, for a Connect cluster with a config provider, e.g.
-    # "${file:/etc/kafka/secrets.properties:sasl_password}". Unset: the local worker reads
-    # a secrets file cdc writes; a remote one gets the password, with a warning.
-    connector_password_ref: str | None = None
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT",
+        description="Kafka's `security.protocol` for every client of cdc: TLS with SSL and SASL_SSL, a SASL login "
+                    "with SASL_PLAINTEXT and SASL_SSL. The SASL keys are accepted only with a SASL protocol, the "
+                    "TLS keys (`ca_file`, `keystore_*`) only with a TLS one.")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = Field(
+        None,
+        description="The SASL mechanism, required with a SASL protocol. OAUTHBEARER gets a token with the OAuth "
+                    "client credentials `username` and `password` from `token_endpoint_url`.")
+    username: str | None = Field(
+        None,
+        description="The SASL user (OAUTHBEARER: the OAuth client id); required with a SASL protocol.")
+    password: SecretStr | None = Field(
+        None,
+        description="The SASL password (OAUTHBEARER: the OAuth client secret), as `${ENV_NAME}`. A SASL protocol "
+                    "needs it or `password_file`.")
+    password_file: Path | None = Field(
+        None,
+        description="A file holding the SASL password (OAUTHBEARER: the client secret), in place of `password`; "
+                    "read when cdc connects.")
+    token_endpoint_url: str | None = Field(
+        None,
+        description="OAUTHBEARER: the identity provider's token endpoint; required with that mechanism.")
+    scope: str | None = Field(
+        None, description="OAUTHBEARER: the scope asked for, if the provider wants one. Unset: none is asked for.")
+    ca_file: Path | None = Field(
+        None,
+        description="TLS: the CA certificate(s) (PEM) the brokers' certificates are checked against. Unset: each "
+                    "client's default trust.")
+    keystore_file: Path | None = Field(
+        None,
+        description="TLS client authentication (mutual TLS): a PKCS#12 file with the client's key and certificate. "
+                    "Unset: no client certificate.")
+    keystore_password: SecretStr | None = Field(
+        None, description="The password of `keystore_file`, as `${ENV_NAME}`; or set `keystore_password_file`.")
+    keystore_password_file: Path | None = Field(
+        None, description="A file holding the password of `keystore_file`, in place of `keystore_password`.")
+    connector_password_ref: str | None = Field(
+        None,
+        description="What connector configs (the MariaDB connector's schema history clients) carry in place of "
+                    "the SASL password, for a Connect cluster with a config provider, e.g. "
+                    "`${file:/etc/kafka/secrets.properties:sasl_password}`. Unset: the local worker reads a secrets "
+                    "file cdc writes; a remote one gets the password, with a warning.")
 
     @property
     def sasl(self) -> bool:
@@ -132,26 +195,46 @@ class KafkaSecurity(Frozen):
 
 
 class KafkaSettings(Frozen):
-    bootstrap_servers: str | None = None  # None: the local stack's broker
-    security: KafkaSecurity = KafkaSecurity()
-    topics: TopicSettings = TopicSettings()
-    # The largest change record (one row's event, as serialized) that capture carries: the
-    # stack's broker, the topics cdc creates, the connectors' producers and the jobs'
-    # consumers accept records up to this size. A larger row stops its source's capture,
-    # and `cdc status` names it with this setting.
-    max_record_bytes: int = Field(32 * MIB, ge=MIB, le=1024 * MIB)
-    # How the connectors' producers compress change records on their way to Kafka.
-    compression: Literal["zstd", "lz4", "snappy", "gzip", "none"] = "zstd"
+    """The Kafka cluster that carries the change records: where it is, how cdc's clients
+    reach it, how the table topics are made and how large a record may be."""
+
+    bootstrap_servers: str | None = Field(
+        None,
+        description="The brokers as Kafka's `bootstrap.servers` (host:port, comma-separated), for cdc, the Spark "
+                    "jobs and the MariaDB connector's schema history. Unset: the local stack's broker, "
+                    "127.0.0.1:`stack.kafka_port`.")
+    security: KafkaSecurity = Field(
+        KafkaSecurity(), description="How every Kafka client of cdc connects: protocol, SASL and TLS.")
+    topics: TopicSettings = Field(
+        TopicSettings(), description="How the table topics are made: partitions, replication, retention.")
+    max_record_bytes: int = Field(
+        32 * MIB, ge=MIB, le=1024 * MIB,
+        description="The largest change record (one row's event, as serialized), in bytes, that capture carries: "
+                    "the local broker, the topics cdc creates, the connectors' producers and the jobs' consumers "
+                    "accept records up to it; another cluster's broker `message.max.bytes` must allow it too. A "
+                    "larger row stops its source's capture, and `cdc status` names it with this setting.")
+    compression: Literal["zstd", "lz4", "snappy", "gzip", "none"] = Field(
+        "zstd",
+        description="How the connectors' producers compress change records on their way to Kafka "
+                    "(`compression.type`).")
 
 
 class HttpAccess(Frozen):
     """Credentials and TLS trust of an HTTP service (Kafka Connect's REST API, the schema
     registry): basic auth with the password from the environment or a file."""
 
-    username: str | None = None
-    password: SecretStr | None = None
-    password_file: Path | None = None
-    ca_file: Path | None = None  # the CA certificate(s) (PEM) of an https URL; unset: the system's
+    username: str | None = Field(
+        None,
+        description="The basic-auth user; it needs `password` or `password_file`. Unset: no authentication. A "
+                    "refused login exits 2.")
+    password: SecretStr | None = Field(
+        None, description="The basic-auth password, as `${ENV_NAME}`; or set `password_file`.")
+    password_file: Path | None = Field(
+        None, description="A file holding the basic-auth password, in place of `password`; read when cdc connects.")
+    ca_file: Path | None = Field(
+        None,
+        description="The CA certificate(s) (PEM) an https URL's certificate is checked against. Unset: the "
+                    "system's.")
 
     @model_validator(mode="after")
     def _paired(self) -> "HttpAccess":
@@ -162,7 +245,13 @@ class HttpAccess(Frozen):
 
 
 class ConnectSettings(HttpAccess):
-    url: str | None = None  # None: the local stack's Connect REST API
+    """Kafka Connect's REST API, through which `cdc register` creates and updates one
+    Debezium connector per source, with basic auth and TLS trust."""
+
+    url: str | None = Field(
+        None,
+        description="The Connect REST API's base URL (http or https). Unset: the local stack's worker, "
+                    "http://127.0.0.1:`stack.connect_port`.")
 
 
 # The local stack's registry (Apicurio): its Confluent-compatible API and its own.
@@ -175,10 +264,15 @@ class SchemaRegistrySettings(HttpAccess):
     """The Confluent-compatible schema registry of sources with `format: avro`. Unset: the
     local stack's (`stack.registry_port`)."""
 
-    url: str | None = None  # its Confluent-compatible API, where cdc reads writer schemas by id
-    # What the converter template (avro-converter.json) gets as {registry_url}:
-    # for the local stack's Apicurio registry, its native API; for a Confluent registry, `url`.
-    converter_url: str | None = None
+    url: str | None = Field(
+        None,
+        description="The registry's Confluent-compatible API, where the jobs read writer schemas by id. Unset: "
+                    "the local stack's registry (`stack.registry_port`).")
+    converter_url: str | None = Field(
+        None,
+        description="What the converter template (avro-converter.json) gets as `{registry_url}`: where the "
+                    "connectors, in Connect, register writer schemas. Unset: `url`, or for the local stack's "
+                    "Apicurio registry its native API.")
 
 
 class SourceSettings(Frozen):
@@ -186,35 +280,68 @@ class SourceSettings(Frozen):
     the environment (`password: ${PGPASSWORD}`) or a file (`password_file`), never from
     this file."""
 
-    kind: Literal["postgresql", "mariadb"] = "postgresql"
-    # How the connector writes change events: JSON with schemas, or Confluent's Avro wire
-    # format through the schema registry (the connector template avro-converter.json).
-    format: Literal["json", "avro"] = "json"
-    host: str = "127.0.0.1"
-    port: int = Field(5432, ge=1, le=65535)
-    # The database as Kafka Connect reaches it, when that differs (containers, proxies).
-    connector_host: str | None = None
-    connector_port: int | None = Field(None, ge=1, le=65535)
-    database: str
-    user: str
-    password: SecretStr | None = None
-    password_file: Path | None = None
-    # What the connector config holds instead of the password, for a Connect cluster with
-    # a config provider, e.g. "${file:/etc/kafka/secrets.properties:pg_password}". Unset:
-    # the local worker reads a secrets file cdc writes; a remote one gets the password.
-    connector_password_ref: str | None = None
-    slot_name: str | None = None  # PostgreSQL; default: cdc_<source name>
-    publication_name: str | None = None  # PostgreSQL; default: cdc_<source name>
-    # PostgreSQL: `cdc status` warns (and `status --check` exits non-zero) when the slot is
-    # inactive and holds more WAL than this: nothing reads it while the database's disk fills.
-    slot_wal_warn_mb: int = Field(1024, ge=1)
-    # MariaDB: the replica server id the connector reads the binary log as; unique among
-    # the server's replicas. Default: derived from the source name (5400-6399).
-    server_id: int | None = Field(None, ge=1, le=4294967295)
-    # Debezium's signal table (schema.table; for MariaDB database.table): cdc asks it for
-    # incremental snapshots of tables registered after the connector's initial snapshot.
-    # Default: public.cdc_signal (PostgreSQL), <database>.cdc_signal (MariaDB).
-    signal_table: str | None = None
+    kind: Literal["postgresql", "mariadb"] = Field(
+        "postgresql",
+        description="The database: postgresql (Debezium's PostgreSQL connector, pgoutput, a slot and publication "
+                    "of its own) or mariadb (its MariaDB connector, reading the binary log as a replica).")
+    format: Literal["json", "avro"] = Field(
+        "json",
+        description="How the connector writes change events: JSON with schemas, or Confluent's Avro wire format "
+                    "through the schema registry (the connector template avro-converter.json). avro needs "
+                    "`schema_registry.url` or `stack.registry_port`.")
+    host: str = Field(
+        "127.0.0.1",
+        description="The database's host as cdc reaches it (introspection, bootstrap, reconciliation), and as "
+                    "Kafka Connect does unless `connector_host` is set.")
+    port: int = Field(
+        5432, ge=1, le=65535,
+        description="The database's port as cdc reaches it, and as Kafka Connect does unless `connector_port` is "
+                    "set; a MariaDB server usually listens on 3306.")
+    connector_host: str | None = Field(
+        None,
+        description="The database's host as Kafka Connect reaches it, when that differs (containers, proxies). "
+                    "Unset: `host`.")
+    connector_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="The database's port as Kafka Connect reaches it, when that differs. Unset: `port`.")
+    database: str = Field(
+        description="The database cdc and the connector connect to, a plain identifier. For MariaDB, a "
+                    "registration's `source.schema` names the database of its table.")
+    user: str = Field(
+        description="The database user cdc and the connector log in as, a plain identifier.")
+    password: SecretStr | None = Field(
+        None,
+        description="The user's password, as `${ENV_NAME}`; or set `password_file`. A source needs one of "
+                    "the two.")
+    password_file: Path | None = Field(
+        None,
+        description="A file holding the user's password, in place of `password` (the local stack writes "
+                    "`.state/postgres/password`).")
+    connector_password_ref: str | None = Field(
+        None,
+        description="What the connector config holds instead of the password, for a Connect cluster with a "
+                    "config provider, e.g. `${file:/etc/kafka/secrets.properties:pg_password}`. Unset: the local "
+                    "worker reads a secrets file cdc writes; a remote one gets the password.")
+    slot_name: str | None = Field(
+        None, description="PostgreSQL: the connector's replication slot. Unset: `cdc_<source name>`.")
+    publication_name: str | None = Field(
+        None,
+        description="PostgreSQL: the connector's publication, narrowed to the registered tables. Unset: "
+                    "`cdc_<source name>`.")
+    slot_wal_warn_mb: int = Field(
+        1024, ge=1,
+        description="PostgreSQL, in MiB: `cdc status` warns (and `status --check` exits non-zero) when the slot is "
+                    "inactive and holds more WAL than this, since nothing reads it while the database's disk "
+                    "fills.")
+    server_id: int | None = Field(
+        None, ge=1, le=4294967295,
+        description="MariaDB: the replica server id the connector reads the binary log as, unique among the "
+                    "server's replicas. Unset: derived from the source name (5400-6399).")
+    signal_table: str | None = Field(
+        None,
+        description="Debezium's signal table (schema.table; for MariaDB database.table), which cdc creates and "
+                    "through which it asks for incremental snapshots of tables registered after the connector's "
+                    "initial snapshot. Unset: `public.cdc_signal` (PostgreSQL), `<database>.cdc_signal` (MariaDB).")
 
     @field_validator("database", "user")
     @classmethod
@@ -256,20 +383,44 @@ class CatalogSettings(Frozen):
     `properties` (Iceberg catalog properties such as io-impl and s3.*) for both engines;
     `credential` and `token` come from the environment (`${ENV}`), never from this file."""
 
-    name: str = "lake"
-    type: Literal["sqlite", "rest"] = "sqlite"
-    path: Path = Path(".state/iceberg/catalog.db")  # sqlite: the catalog's SQLite file
-    # sqlite: a local directory (a Path once validated; default .state/iceberg/warehouse).
-    # rest: what the catalog is given as `warehouse` (a URI or a path); unset: its default.
-    warehouse: Path | str | None = None
-    uri: str | None = None  # rest: the catalog's base URL, as the driver and executors reach it
-    credential: SecretStr | None = None  # rest: OAuth2 client credentials, "<client_id>:<client_secret>"
-    token: SecretStr | None = None  # rest: a bearer token
-    properties: dict[str, str] = {}  # rest: further catalog properties, str -> str
-    # The Iceberg format of targets: 3 keeps one deletion vector per data file, so a batch's
-    # MERGE does not read more delete files with every batch before it; 2 for readers
-    # without format v3 (a target is created at 2 and raised by its job's first start).
-    format_version: Literal[2, 3] = 3
+    name: str = Field(
+        "lake",
+        description="The catalog's name, the same in Spark (`spark.sql.catalog.<name>`) and in pyiceberg "
+                    "(`load_catalog(name)`); a JDBC catalog keys its rows by it.")
+    type: Literal["sqlite", "rest"] = Field(
+        "sqlite",
+        description="sqlite: Iceberg's JDBC catalog on the SQLite file `path`, with a local warehouse. rest: an "
+                    "Iceberg REST catalog at `uri`; `uri`, `credential`, `token` and `properties` are accepted "
+                    "only with it.")
+    path: Path = Field(
+        Path(".state/iceberg/catalog.db"),
+        description="sqlite: the catalog's SQLite file. With Spark's cluster deploy mode, put it on a mount every "
+                    "driver host shares.")
+    # A Path once validated for sqlite; the stripped string given for rest.
+    warehouse: Path | str | None = Field(
+        None,
+        description="sqlite: a local directory (unset: `.state/iceberg/warehouse`). rest: what the catalog is "
+                    "given as `warehouse`, a URI (s3://bucket/prefix), a path or the name of one of its "
+                    "warehouses (unset: the catalog's default).")
+    uri: str | None = Field(
+        None,
+        description="rest, required there: the catalog's base http(s) URL, as the driver and executors reach it.")
+    credential: SecretStr | None = Field(
+        None,
+        description="rest: OAuth2 client credentials, `<client_id>:<client_secret>`, as `${ENV_NAME}`.")
+    token: SecretStr | None = Field(
+        None, description="rest: a bearer token for the catalog, as `${ENV_NAME}`.")
+    properties: dict[str, str] = Field(
+        {},
+        json_schema_extra={"additionalProperties": {"type": ["string", "number", "boolean"]}},
+        description="rest: further Iceberg catalog properties for both engines (`io-impl`, `s3.*`, "
+                    "`client.region`, ...); numbers and booleans become strings. Values of keys naming a secret, "
+                    "password, token or credential are masked in cdc's messages.")
+    format_version: Literal[2, 3] = Field(
+        3,
+        description="The Iceberg format of targets: 3 keeps one deletion vector per data file, so a batch's MERGE "
+                    "does not read more delete files with every batch before it; 2 for readers without format v3. "
+                    "A target is created at 2 and raised by its job's first start; a version is never lowered.")
 
     @field_validator("name")
     @classmethod
@@ -348,24 +499,32 @@ class MaskingSettings(Frozen):
     from the environment (`key: ${CDC_MASK_KEY}`) or a file (`key_file`), never from this
     file. The same key gives the same hash, so masked values still join and group."""
 
-    key: SecretStr | None = None
-    key_file: Path | None = None
-    # Text columns are hashed by the connector (cdc's MaskColumns transformation, the same
-    # hash), so Kafka and the dead letters never hold their clear values; other masked
-    # columns are hashed by the job. false: every masked column is hashed by the job (a
-    # Connect cluster without the transformation's jar).
-    in_connector: bool = True
-    # What a remote Connect cluster's connector config carries for the key: a config
-    # provider reference, e.g. "${file:/etc/kafka/secrets.properties:cdc_mask_key}". The
-    # local worker reads a secrets file cdc writes.
-    connector_key_ref: str | None = None
+    key: SecretStr | None = Field(
+        None,
+        description="The masking key, as `${ENV_NAME}`; or set `key_file`. Needed only when a registration has "
+                    "`mask` columns; a target records the key's fingerprint and refuses another key.")
+    key_file: Path | None = Field(None, description="A file holding the masking key, in place of `key`.")
+    in_connector: bool = Field(
+        True,
+        description="true: the connector hashes masked columns (cdc's MaskColumns transformation, the same hash), "
+                    "so Kafka and the dead letters never hold their clear values, and masked arrays are refused. "
+                    "false: every masked column is hashed by the job (a Connect cluster without the "
+                    "transformation's jar).")
+    connector_key_ref: str | None = Field(
+        None,
+        description="What a remote Connect cluster's connector config carries for the key: a config provider "
+                    "reference, e.g. `${file:/etc/kafka/secrets.properties:cdc_mask_key}`; without it `register` "
+                    "refuses rather than show the key. The local worker reads a secrets file cdc writes.")
 
 
 class DeltaSettings(Frozen):
     """Where the targets of `sink: delta` registrations live: one Delta table per target at
-    <root>/<namespace>/<table>, with its delete memory and dead letters beside it."""
+    `<root>/<namespace>/<table>`, with its delete memory and dead letters beside it."""
 
-    root: Path = Path(".state/delta")
+    root: Path = Field(
+        Path(".state/delta"),
+        description="The directory of the Delta targets, a local or mounted path (no URI: object storage is not "
+                    "supported for Delta targets yet).")
 
     @field_validator("root", mode="before")
     @classmethod
@@ -376,34 +535,72 @@ class DeltaSettings(Frozen):
 
 
 class SparkSettings(Frozen):
-    master: str = "local[2]"
-    driver_memory: str = "2g"
-    shuffle_partitions: int = Field(4, ge=1)
-    checkpoint_dir: Path = Path(".state/checkpoints")
-    # How long a job retries (with backoff) while Kafka or the catalog is unreachable
-    # before it exits non-zero.
-    retry_for_s: int = Field(300, ge=0)
-    extra_conf: dict[str, str] = {}
+    """The SparkSession of the jobs (`cdc run`, `replay`, `bootstrap`, `maintain`). Under
+    spark-submit, what it is given wins: its `--master`, `--conf` and
+    `spark-defaults.conf`."""
+
+    master: str = Field(
+        "local[2]",
+        description="Spark's `spark.master`: `local[N]` runs the jobs in one JVM on this machine with N cores, "
+                    "`spark://host:7077` on a standalone cluster; under spark-submit its `--master` wins.")
+    driver_memory: str = Field(
+        "2g",
+        description="Spark's `spark.driver.memory` (512m, 2g); under spark-submit the driver runs already, so "
+                    "give `--driver-memory` there.")
+    shuffle_partitions: int = Field(
+        4, ge=1,
+        description="Spark's `spark.sql.shuffle.partitions` for each batch's dedupe and MERGE (and the partitions "
+                    "of a Delta table's log state); raise it with the cores of a cluster.")
+    checkpoint_dir: Path = Field(
+        Path(".state/checkpoints"),
+        description="The Structured Streaming checkpoints, one directory per table; a local or mounted path "
+                    "(not an s3a:// URI), on a mount every driver host shares with cluster deploy mode.")
+    retry_for_s: int = Field(
+        300, ge=0,
+        description="Seconds a job retries, with backoff, while Kafka or the catalog is unreachable, before it "
+                    "exits 3 naming the last error.")
+    extra_conf: dict[str, str] = Field(
+        {},
+        description="Further Spark properties (name to string value), set last so they override cdc's own; "
+                    "spark-submit's still win.")
 
 
 class Settings(Frozen):
-    """cdc.yaml. Relative paths are resolved against the file's directory (`root`)."""
+    """cdc.yaml: the local stack, the Kafka cluster, Kafka Connect, the source databases,
+    the catalog and the jobs. Relative paths are resolved against the file's directory;
+    `--config PATH` or `$CDC_CONFIG` picks another file than ./cdc.yaml."""
 
-    root: Path = Path(".")
-    stack: StackSettings = StackSettings()
-    kafka: KafkaSettings = KafkaSettings()
-    connect: ConnectSettings = ConnectSettings()
-    sources: dict[str, SourceSettings] = {}
-    schema_registry: SchemaRegistrySettings = SchemaRegistrySettings()
-    catalog: CatalogSettings = CatalogSettings()
-    delta: DeltaSettings = DeltaSettings()
-    spark: SparkSettings = SparkSettings()
-    masking: MaskingSettings = MaskingSettings()
-    tables_dir: Path = Path("tables")
-    jars_dir: Path = Path(".cache/jars")  # filled by `make setup` from jvm/pom.xml
-    # Debezium connector templates (<kind>-connector.json, avro-converter.json); unset: the
-    # ones cdc ships. A directory given here replaces them all.
-    debezium_dir: Path | None = None
+    root: SkipJsonSchema[Path] = Field(
+        Path("."), description="The directory of cdc.yaml, set by the loader; not a key of the file.")
+    stack: StackSettings = Field(
+        StackSettings(), description="The local stack that `cdc stack up` runs: ports, heaps, state directory.")
+    kafka: KafkaSettings = Field(
+        KafkaSettings(), description="The Kafka cluster: brokers, security, topics and record size.")
+    connect: ConnectSettings = Field(
+        ConnectSettings(), description="Kafka Connect's REST API, where the Debezium connectors are registered.")
+    sources: dict[str, SourceSettings] = Field(
+        {},
+        description="The source databases, by name (a plain identifier): what a registration's `source.name` names, "
+                    "the connector's name (`cdc-<name>`) and the prefix of its topics (`<name>.<schema>.<table>`).")
+    schema_registry: SchemaRegistrySettings = Field(
+        SchemaRegistrySettings(), description="The schema registry of sources with `format: avro`.")
+    catalog: CatalogSettings = Field(
+        CatalogSettings(), description="The Iceberg catalog of the targets, for Spark and pyiceberg.")
+    delta: DeltaSettings = Field(DeltaSettings(), description="Where the targets of `sink: delta` registrations live.")
+    spark: SparkSettings = Field(SparkSettings(), description="The SparkSession of the jobs.")
+    masking: MaskingSettings = Field(MaskingSettings(), description="The key of registrations' `mask` columns.")
+    tables_dir: Path = Field(
+        Path("tables"),
+        description="The directory of the table registrations, one `<namespace>.<table>.yaml` per table.")
+    jars_dir: Path = Field(
+        Path(".cache/jars"),
+        description="The JVM jars `make setup` fetches from jvm/pom.xml; Spark takes `<jars_dir>/spark` unless "
+                    "spark-submit is given `--jars`.")
+    debezium_dir: Path | None = Field(
+        None,
+        description="A directory of Debezium connector templates (`<kind>-connector.json`, "
+                    "`avro-converter.json`) that replaces all of the ones cdc ships. Unset: cdc's own, "
+                    "cdc/register/templates.")
 
     @field_validator("sources")
     @classmethod
@@ -463,9 +660,16 @@ class Settings(Frozen):
 
 
 class SourceRef(Frozen):
-    name: str | None = None  # default: the only source in cdc.yaml
-    schema_: str = Field(alias="schema")
-    table: str
+    """The source table the registration captures, in one of cdc.yaml's `sources`."""
+
+    name: str | None = Field(
+        None,
+        description="The source in cdc.yaml's `sources`. Unset: the only source there; required when cdc.yaml "
+                    "has several.")
+    schema_: str = Field(
+        alias="schema",
+        description="The table's schema (PostgreSQL) or database (MariaDB), a plain identifier.")
+    table: str = Field(description="The table's name at the source, a plain identifier.")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -476,29 +680,53 @@ class SourceRef(Frozen):
 
 
 class Partitioning(Frozen):
-    """Target layout: rows bucketed by the first key column (0 = unpartitioned)."""
+    """The target's layout: rows bucketed by the first key column (0: unpartitioned)."""
 
-    buckets: int = Field(8, ge=0, le=4096)
+    buckets: int = Field(
+        8, ge=0, le=4096,
+        description="Buckets of an Iceberg target's partition spec, a bucket transform of the first key column, "
+                    "set when the target is created; 0: unpartitioned. Delta targets are unpartitioned.")
 
 
 class TableOptions(Frozen):
-    # A record that cannot be decoded or applied: set aside in <target>__cdc_dead_letters
-    # and the job goes on (dlq), or the job stops with nothing of the batch committed (fail).
-    on_error: Literal["dlq", "fail"] = "dlq"
-    # Micro-batch sizing. A batch takes what Kafka holds, at most max_offsets_per_trigger
-    # records (a backlog is caught up in batches of that size, back to back); a continuous
-    # job starts one every trigger_interval_s, or, with min_offsets_per_trigger, once that
-    # many records wait or max_trigger_delay_s has passed (fewer, larger commits).
-    max_offsets_per_trigger: int | None = Field(None, ge=1)
-    trigger_interval_s: float = Field(2.0, gt=0, le=3600)
-    min_offsets_per_trigger: int | None = Field(None, ge=1)
-    max_trigger_delay_s: int = Field(60, ge=1)
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
-    # How long a deleted key is remembered (by source commit time), so that a late or
-    # replayed older change of that key cannot bring the row back.
-    delete_horizon_hours: int = Field(168, ge=0)
-    # `cdc maintain`: snapshots older than this go (never the newest one with cdc offsets).
-    snapshot_retention_hours: int = Field(24, ge=0)
+    """How the table's job reads and applies its topic: what a bad record does, how large
+    and how frequent the micro-batches are, where a first run starts, and how long deleted
+    keys and old snapshots are kept."""
+
+    on_error: Literal["dlq", "fail"] = Field(
+        "dlq",
+        description="A record that cannot be decoded or applied: dlq sets it aside in "
+                    "`<target>__cdc_dead_letters` and the job goes on; fail stops the job with nothing of the "
+                    "batch committed.")
+    max_offsets_per_trigger: int | None = Field(
+        None, ge=1,
+        description="The most records a batch takes; a backlog is then caught up in batches of that size, back to "
+                    "back. Unset: all that Kafka holds.")
+    trigger_interval_s: float = Field(
+        2.0, gt=0, le=3600,
+        description="Seconds between the batches of a continuous job (not `--available-now`).")
+    min_offsets_per_trigger: int | None = Field(
+        None, ge=1,
+        description="A continuous job waits until this many records are there, or `max_trigger_delay_s` has "
+                    "passed: fewer, larger commits for a table that changes slowly. Unset: no minimum.")
+    max_trigger_delay_s: int = Field(
+        60, ge=1,
+        description="Seconds a continuous job waits for `min_offsets_per_trigger` records before it takes what "
+                    "there is; only with that option.")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="Where the table's first run reads its topic from, before the target holds committed offsets: "
+                    "earliest (the snapshot and every change Kafka keeps) or latest (only what arrives from then "
+                    "on). Later runs resume from the target's offsets.")
+    delete_horizon_hours: int = Field(
+        168, ge=0,
+        description="Hours a deleted key is remembered (by source commit time), so that a late or replayed older "
+                    "change of that key cannot bring the row back; keep `kafka.topics.retention_hours` at least "
+                    "this long.")
+    snapshot_retention_hours: int = Field(
+        24, ge=0,
+        description="`cdc maintain` expires the target's snapshots older than this many hours (never the newest "
+                    "one with cdc offsets); for Delta, its VACUUM retention.")
 
 
 MODES = ("upsert", "history", "soft_delete")
@@ -506,27 +734,51 @@ SINKS = ("iceberg", "delta")
 
 
 class TableRegistration(Frozen):
-    """tables/<namespace>.<table>.yaml: one replicated source table."""
+    """`tables/<namespace>.<table>.yaml`: one replicated source table, with its source, key,
+    target and options. `cdc tables add` writes one from the source's columns."""
 
-    name: str
-    source: SourceRef
-    key: tuple[str, ...] | None = None  # None: the source's primary key
-    target: str | None = None  # default: `name`
-    # iceberg: a table of the Iceberg catalog; delta: a Delta Lake table under delta.root.
-    sink: Literal["iceberg", "delta"] = "iceberg"
-    # upsert: the target holds each key's current row; history: every version of every row
-    # with its validity interval (SCD type 2); soft_delete: a deleted row stays, marked.
-    mode: Literal["upsert", "history", "soft_delete"] = "upsert"
-    exclude: tuple[str, ...] = ()  # source columns that never reach the target
-    mask: tuple[str, ...] = ()  # source columns stored as a keyed hash (masking.key in cdc.yaml)
-    partitioning: Partitioning = Partitioning()
-    options: TableOptions = TableOptions()
-    # How the rows the table holds when it is registered reach the target. initial:
-    # Debezium snapshots them (the connector's initial snapshot, or an incremental one when
-    # the connector runs already); never: they don't, only later changes do; jdbc: `cdc
-    # bootstrap` reads them in parallel (a large PostgreSQL table), and the job waits for it.
-    snapshot: Literal["initial", "never", "jdbc"] = "initial"
-    file: Path | None = Field(None, exclude=True)
+    name: str = Field(
+        description="The table's name in cdc, `<namespace>.<table>`: the file is `<name>.yaml`, commands take it "
+                    "as `--table`, and it names the target unless `target` is set.")
+    source: SourceRef = Field(description="The source table: its source, schema and table.")
+    key: tuple[str, ...] | None = Field(
+        None,
+        description="The key columns whose changes are applied per key. Unset: the source's primary key; a table "
+                    "without one needs its key named here. Key columns cannot be excluded or masked.")
+    target: str | None = Field(
+        None,
+        description="The target table, `<namespace>.<table>` in the Iceberg catalog or under `delta.root`. Unset: "
+                    "`name`.")
+    sink: Literal["iceberg", "delta"] = Field(
+        "iceberg",
+        description="iceberg: a table of the Iceberg catalog (`catalog` in cdc.yaml); delta: a Delta Lake table at "
+                    "`<delta.root>/<namespace>/<table>`, with the same semantics.")
+    mode: Literal["upsert", "history", "soft_delete"] = Field(
+        "upsert",
+        description="upsert: the target holds each key's current row; history: every version of every row, with "
+                    "`_cdc_valid_from`, `_cdc_valid_to` and `_cdc_current` (SCD type 2); soft_delete: a deleted "
+                    "row stays, marked `_cdc_deleted`. A target keeps the mode it was created with.")
+    exclude: tuple[str, ...] = Field(
+        (),
+        description="Source columns that never reach the target, nor Kafka (the connector's "
+                    "`column.exclude.list`). A column is in `exclude` or in `mask`, not both.")
+    mask: tuple[str, ...] = Field(
+        (),
+        description="Source columns stored as a keyed hash, HMAC-SHA256(`masking.key` of cdc.yaml, value as "
+                    "text) in hex, so they still join and group. The connector hashes them before Kafka unless "
+                    "`masking.in_connector` is false.")
+    partitioning: Partitioning = Field(Partitioning(), description="The target's layout.")
+    options: TableOptions = Field(
+        TableOptions(), description="How the table's job runs: bad records, batch sizing, starting offsets, "
+                                    "retention of deletes and snapshots.")
+    snapshot: Literal["initial", "never", "jdbc"] = Field(
+        "initial",
+        description="How the rows the table holds when it is registered reach the target. initial: Debezium "
+                    "snapshots them (the connector's initial snapshot, or an incremental one when it runs "
+                    "already); never: they don't, only later changes do; jdbc: `cdc bootstrap` reads them in "
+                    "parallel (a large PostgreSQL table), and the job waits for it.")
+    file: SkipJsonSchema[Path | None] = Field(
+        None, exclude=True, description="The registration's file, set by the loader; not a key of the file.")
 
     @field_validator("name", "target")
     @classmethod
