@@ -8,7 +8,7 @@ CDC := $(VENV)/bin/cdc
 JARS := .cache/jars
 MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS)
 
-.PHONY: setup run test test-unit test-spark test-integration differential smoke bench bench-quick stack-up stack-down clean
+.PHONY: setup run test test-unit test-spark test-integration differential smoke bench bench-quick stack-up stack-down docs clean
 
 setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
 
@@ -45,6 +45,10 @@ test: stack-up
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit
+
+# The generated reference under docs/ (tests/unit/test_reference.py holds it current).
+docs: $(VENV)/.stamp
+	$(PY) -m cdc.config.reference
 
 # The differential test's long run: DIFF_ROUNDS rounds of its seeded workload (CDC_DIFF_SEED=N repeats one).
 DIFF_ROUNDS ?= 12
