@@ -1,7 +1,7 @@
 """One exception tree for cdc. Every error says what failed, the value, and what to do.
 
 Each error's `exit_code` is the command line's exit status, the same in every command
-(README, "Exit codes"):"""
+(docs/operations.md, "Exit codes and JSON"):"""
 from __future__ import annotations
 
 OK = 0  # done; every check passed

@@ -5,8 +5,8 @@
 
 The arguments are those of `cdc`. The master, jars and --conf given to spark-submit win
 over `spark:` in cdc.yaml (cdc/sinks/session.py). The driver runs the Python code; the
-executors need only the JVM jars (no Python UDF on the row path). README.md, "Running on
-a cluster", has the commands for standalone, YARN and Kubernetes."""
+executors need only the JVM jars (no Python UDF on the row path). docs/deployment.md,
+"Running on a cluster", has the commands for standalone, YARN and Kubernetes."""
 from __future__ import annotations
 
 import sys

@@ -95,7 +95,7 @@ def check_mask_key(reg: TableRegistration, properties: dict, key: bytes | None) 
                           f"(fingerprint {key_fingerprint(key)}, the target's {recorded})", table=reg.name,
                           hint="use the original key (masking.key or masking.key_file); to rotate it, rebuild the "
                                "target: drop it (and its __cdc_deletes), then `cdc register` and `cdc bootstrap` "
-                               "with the new key (README: masked columns)")
+                               "with the new key (docs/registrations.md: protected columns)")
 
 
 def mask_key(settings: Settings, reg: TableRegistration) -> bytes | None:

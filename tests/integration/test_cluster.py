@@ -131,7 +131,7 @@ def env(stack, settings, tmp_path_factory):
 
 def submit(cluster: Cluster, env, app: str) -> None:
     """`cdc run --available-now` of the table through spark-submit to the cluster (client
-    mode), as README.md shows it, heaps capped; fails with the output and the daemons' logs
+    mode), as docs/deployment.md shows it, heaps capped; fails with the output and the daemons' logs
     if it does not exit 0."""
     jars = sorted(str(p) for p in (env.settings.path(env.settings.jars_dir) / "spark").glob("*.jar"))
     assert jars, "no Spark jars in the cache: run `make setup`"
