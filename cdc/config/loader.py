@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +95,9 @@ def load_settings(path: str | Path | None = None) -> Settings:
         raise ConfigError(describe(e, path)) from None
 
 
-def load_tables(settings: Settings, only: str | None = None) -> list[TableRegistration]:
-    """Every registration under tables_dir (or the one named `only`), validated against
-    the sources of `settings`."""
+def load_tables(settings: Settings, only: str | Iterable[str] | None = None) -> list[TableRegistration]:
+    """Every registration under tables_dir, validated against the sources of `settings`; or
+    those `only` selects: a name or several, or fnmatch patterns such as `shop.*`."""
     tables_dir = settings.path(settings.tables_dir)
     files = sorted(tables_dir.glob("*.yaml")) if tables_dir.is_dir() else []
     tables = []
@@ -108,13 +110,24 @@ def load_tables(settings: Settings, only: str | None = None) -> list[TableRegist
         if f.name != f"{reg.name}.yaml":
             raise ConfigError(f"{f}: the file of table {reg.name!r} must be named {reg.name}.yaml")
         tables.append(resolve_source(reg, settings))
-    if only is not None:
-        tables = [t for t in tables if t.name == only]
-        if not tables:
-            raise ConfigError(f"no registered table named {only!r} under {tables_dir}",
-                              hint=f"add {tables_dir}/{only}.yaml, or pick one of: "
-                                   + (", ".join(t.stem for t in files) or "(none registered)"))
-    return tables
+    if only is None:
+        return tables
+    chosen: set[str] = set()
+    for wanted in [only] if isinstance(only, str) else only:
+        pattern = is_pattern(wanted)
+        found = {t.name for t in tables if (fnmatchcase(t.name, wanted) if pattern else t.name == wanted)}
+        if not found:
+            names = ", ".join(f.stem for f in files) or "(none registered)"
+            raise ConfigError(f"no registered table {'matches' if pattern else 'named'} {wanted!r} under {tables_dir}",
+                              hint=f"pick one of: {names}" if pattern else
+                              f"add {tables_dir}/{wanted}.yaml, or pick one of: {names}")
+        chosen |= found
+    return [t for t in tables if t.name in chosen]
+
+
+def is_pattern(name: str) -> bool:
+    """A table selection with fnmatch's wildcards (`*`, `?`, `[...]`), not a name."""
+    return any(c in name for c in "*?[")
 
 
 def resolve_source(reg: TableRegistration, settings: Settings) -> TableRegistration:

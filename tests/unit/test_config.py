@@ -65,6 +65,25 @@ def test_unknown_table_selection(project):
         load_tables(load_settings(project / "cdc.yaml"), "a.b")
 
 
+def test_tables_are_selected_by_names_and_patterns(project):
+    for name in ("shop.orders", "shop.lines", "crm.people"):
+        write_table(project, name, f"name: {name}\nsource: {{schema: public, table: {name.split('.')[1]}}}\n")
+    settings = load_settings(project / "cdc.yaml")
+
+    def names(only):
+        return [t.name for t in load_tables(settings, only)]
+
+    assert names(None) == ["crm.people", "shop.lines", "shop.orders"]
+    assert names("shop.orders") == names(["shop.orders"]) == ["shop.orders"]
+    assert names(["shop.*"]) == ["shop.lines", "shop.orders"]
+    assert names(["shop.orders", "crm.people", "shop.orders"]) == ["crm.people", "shop.orders"]
+    assert names(["*.?eople", "shop.l[i]nes"]) == ["crm.people", "shop.lines"]
+    with pytest.raises(ConfigError, match=r"(?s)no registered table matches 'sales\.\*'.*pick one of: crm.people, "):
+        load_tables(settings, ["shop.*", "sales.*"])
+    with pytest.raises(ConfigError, match=r"no registered table named 'Shop.orders'"):  # names match exactly
+        load_tables(settings, ["Shop.orders"])
+
+
 def test_several_sources_need_a_name(project):
     (project / "cdc.yaml").write_text(BASE.replace("tables_dir", "  pg2: {database: b, user: u}\ntables_dir"))
     write_table(project, "shop.orders", "name: shop.orders\nsource: {schema: public, table: orders}\n")
