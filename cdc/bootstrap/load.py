@@ -6,10 +6,10 @@
 - `debezium`: the target is emptied and Debezium's incremental snapshot (through the
   signal table) re-reads the table into its topic; the job applies it.
 
-Either way the target is emptied first, streaming resumes at the Kafka end offsets read
-before the source was read, and the table is caught up before the command returns. An
-interrupted bootstrap resumes where it stopped; the table's job refuses to run until the
-bootstrap is done.
+Either way the target is emptied first (a target that holds rows once `confirm` agrees),
+streaming resumes at the Kafka end offsets read before the source was read, and the table
+is caught up before the command returns. An interrupted bootstrap resumes where it
+stopped; the table's job refuses to run until the bootstrap is done.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 
 from cdc.bootstrap import jdbc
@@ -43,13 +44,16 @@ PROGRESS_EVERY_S = 5  # how often the Debezium method reports its progress
 
 
 def bootstrap(settings: Settings, reg: TableRegistration, method: str | None = None,
-              chunk_rows: int = DEFAULT_CHUNK_ROWS, restart: bool = False) -> None:
+              chunk_rows: int = DEFAULT_CHUNK_ROWS, restart: bool = False,
+              confirm: Callable[[str], bool] | None = None) -> None:
+    """`confirm(question)`, when given, is asked before a new bootstrap empties a target
+    that holds rows; a no leaves the target as it is."""
     with jobstate.exclusive(settings.state_dir, [reg.name]):  # never beside the table's own job
-        _bootstrap(settings, reg, method, chunk_rows, restart)
+        _bootstrap(settings, reg, method, chunk_rows, restart, confirm)
 
 
 def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, chunk_rows: int,
-               restart: bool) -> None:
+               restart: bool, confirm: Callable[[str], bool] | None) -> None:
     spark = get_session(settings).newSession()
     table = load_target(spark, settings, reg)[1]  # sinks/formats.py: Iceberg or Delta
     columns, key, topic = table_columns(table.properties())
@@ -73,6 +77,11 @@ def _bootstrap(settings: Settings, reg: TableRegistration, method: str | None, c
             raise ConfigError(f"table {reg.name}: the jdbc bootstrap reads PostgreSQL sources only; source "
                               f"{reg.source.name!r} is {settings.sources[reg.source.name].kind}",
                               hint=f"use `cdc bootstrap --table {reg.name} --method debezium`")
+        rows = table.row_count() if confirm is not None else 0
+        if rows and not confirm(f"cdc bootstrap empties the target {shown_name(settings, reg)} ({rows:,} rows) of "
+                                f"table {reg.name} and fills it again from the source. Empty it?"):
+            raise ConfigError(f"table {reg.name}: bootstrap not started; its target was left as it is",
+                              hint=f"run `cdc bootstrap --table {reg.name} --yes` to empty and refill it")
         ends = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
         by_name = {c.name: c for c in columns}
         boot = Bootstrap(uuid.uuid4().hex[:12], method, RUNNING, ends,

@@ -8,43 +8,56 @@ import argparse
 import os
 import sys
 import time
+from importlib import metadata
+from pathlib import Path
 
+from cdc.cli import prompt
 from cdc.config import load_settings, load_tables
+from cdc.config.loader import is_pattern
 from cdc.config.models import SINKS
-from cdc.errors import CdcError, Interrupted
+from cdc.errors import CdcError, ConfigError, Interrupted
 from cdc.jobs import shutdown
 from cdc.log import FORMATS, log, set_format
 from cdc.report import document
 
 
-def _stack(args) -> int:
+def _stack(args):
     from cdc.stack.manager import Stack
 
-    stack = Stack(load_settings(args.config))
-    if args.action == "up":
-        stack.up()
-        print(f"stack up: kafka {stack.kafka.bootstrap}"
-              + (f" (SASL_SSL {stack.kafka.sasl_bootstrap})" if stack.kafka.sasl_port else "")
-              + f", connect {stack.connect.url}, "
-              f"postgres 127.0.0.1:{stack.postgres.port}"
-              + (f", mariadb 127.0.0.1:{stack.mariadb.port}" if stack.settings.stack.mariadb_port else "")
-              + (f", schema registry {stack.registry.url}" if stack.settings.stack.registry_port else ""))
-    elif args.action == "down":
-        stack.down(purge=args.purge)
-        print("stack down" + (" (state purged)" if args.purge else ""))
-    else:
-        status = stack.status()
-        if args.json:
-            print(document.dumps(**status))
-        else:
-            for name, svc in status["services"].items():
-                state = "healthy" if svc["healthy"] else ("running" if svc["pid"] else "stopped")
-                print(f"{name:9} {state:8} pid={svc['pid'] or '-'}  log={svc['log']}")
-            print(f"kafka_bootstrap {status['kafka_bootstrap']}\nconnect_url     {status['connect_url']}")
-            if status["kafka_sasl"]:
-                sasl = status["kafka_sasl"]
-                print(f"kafka_sasl      {sasl['bootstrap']} ({sasl['protocol']} {sasl['sasl_mechanism']}, user "
-                      f"{sasl['username']}, password_file {sasl['password_file']}, ca_file {sasl['ca_file']})")
+    return Stack(load_settings(args.config))
+
+
+def _stack_up(args) -> int:
+    stack = _stack(args)
+    stack.up()
+    print(f"stack up: kafka {stack.kafka.bootstrap}"
+          + (f" (SASL_SSL {stack.kafka.sasl_bootstrap})" if stack.kafka.sasl_port else "")
+          + f", connect {stack.connect.url}, "
+          f"postgres 127.0.0.1:{stack.postgres.port}"
+          + (f", mariadb 127.0.0.1:{stack.mariadb.port}" if stack.settings.stack.mariadb_port else "")
+          + (f", schema registry {stack.registry.url}" if stack.settings.stack.registry_port else ""))
+    return 0
+
+
+def _stack_down(args) -> int:
+    _stack(args).down(purge=args.purge)
+    print("stack down" + (" (state purged)" if args.purge else ""))
+    return 0
+
+
+def _stack_status(args) -> int:
+    status = _stack(args).status()
+    if args.json:
+        print(document.dumps(**status))
+        return 0
+    for name, svc in status["services"].items():
+        state = "healthy" if svc["healthy"] else ("running" if svc["pid"] else "stopped")
+        print(f"{name:9} {state:8} pid={svc['pid'] or '-'}  log={svc['log']}")
+    print(f"kafka_bootstrap {status['kafka_bootstrap']}\nconnect_url     {status['connect_url']}")
+    if status["kafka_sasl"]:
+        sasl = status["kafka_sasl"]
+        print(f"kafka_sasl      {sasl['bootstrap']} ({sasl['protocol']} {sasl['sasl_mechanism']}, user "
+              f"{sasl['username']}, password_file {sasl['password_file']}, ca_file {sasl['ca_file']})")
     return 0
 
 
@@ -63,7 +76,8 @@ def _tables(args) -> int:
 
     settings = load_settings(args.config)
     if args.action == "add":
-        path = tables.add(settings, args.schema, args.table, source=args.source, name=args.name, sink=args.sink,
+        schema, table = _source_table(args)
+        path = tables.add(settings, schema, table, source=args.source, name=args.name, sink=args.sink,
                           key=tuple(k.strip() for k in args.key.split(",")) if args.key else None)
         print(path.read_text(), end="")
         print(f"wrote {path}; next: cdc register --table {path.stem} --dry-run, then without --dry-run")
@@ -71,6 +85,9 @@ def _tables(args) -> int:
     if args.action == "remove":
         from cdc.register.removal import remove
 
+        if is_pattern(args.name):
+            raise ConfigError(f"tables remove takes one registered table's name, not a pattern: {args.name!r}",
+                              hint="run `cdc tables list` for the names")
         (reg,) = load_tables(settings, args.name)
         for line in remove(settings, reg, drop_target=args.drop_target):
             print(f"{reg.name}: {line}")
@@ -78,6 +95,32 @@ def _tables(args) -> int:
     rows = tables.listing(settings)
     print(document.dumps(tables=rows) if args.json else tables.format_listing(rows))
     return 0
+
+
+def _source_table(args) -> tuple[str, str]:
+    """`tables add`'s source table: SOURCE_TABLE (SCHEMA.TABLE, or TABLE with --schema), or
+    the deprecated `--table TABLE`."""
+    given = args.source_table
+    if args.old_table is not None:
+        if given is not None:
+            raise ConfigError(f"tables add got the source table twice ({given!r} and --table {args.old_table!r})",
+                              hint="give it once: cdc tables add SCHEMA.TABLE")
+        _deprecated("`cdc tables add --table TABLE` (the source table)", "`cdc tables add SCHEMA.TABLE`")
+        given = args.old_table
+    if given is None:
+        raise ConfigError("tables add needs the source table", hint="cdc tables add SCHEMA.TABLE, e.g. shop.orders")
+    schema, _, table = given.rpartition(".")
+    if args.schema and schema and schema != args.schema:
+        raise ConfigError(f"source table {given!r} is not in --schema {args.schema!r}",
+                          hint="give SCHEMA.TABLE alone, or TABLE with --schema")
+    if not (schema or args.schema):
+        raise ConfigError(f"source table {given!r} needs its schema (MariaDB: database)",
+                          hint=f"cdc tables add SCHEMA.{given}, or add --schema SCHEMA")
+    return schema or args.schema, table
+
+
+def _deprecated(old: str, new: str) -> None:
+    log(f"deprecated: {old}: use {new}", level="warning", event="deprecated")
 
 
 def _capture(args) -> int:
@@ -105,7 +148,7 @@ def _replay(args) -> int:
     from cdc.jobs.runner import replay
 
     settings = load_settings(args.config)
-    (reg,) = load_tables(settings, args.table)
+    reg = _one_table(settings, args.table, "replay")
     replay(settings, reg, earliest=args.from_earliest, offsets=args.from_offsets, timestamp=args.from_timestamp,
            position=args.from_position)
     return 0
@@ -115,9 +158,20 @@ def _bootstrap(args) -> int:
     from cdc.bootstrap.load import bootstrap
 
     settings = load_settings(args.config)
-    (reg,) = load_tables(settings, args.table)
-    bootstrap(settings, reg, method=args.method, chunk_rows=args.chunk_rows, restart=args.restart)
+    reg = _one_table(settings, args.table, "bootstrap")
+    bootstrap(settings, reg, method=args.method, chunk_rows=args.chunk_rows, restart=args.restart,
+              confirm=None if args.yes else lambda question: prompt.confirm(question, "--yes"))
     return 0
+
+
+def _one_table(settings, names: list[str], command: str):
+    """The one registration a command that acts on a single table selects."""
+    tables = load_tables(settings, names)
+    if len(names) > 1 or len(tables) != 1:
+        raise ConfigError(f"cdc {command} acts on one table; --table {' --table '.join(names)} selects "
+                          f"{len(tables)} ({', '.join(t.name for t in tables)})",
+                          hint=f"give one registered table's name: run `cdc {command} --table NAME` once per table")
+    return tables[0]
 
 
 def _reconcile(args) -> int:
@@ -126,17 +180,16 @@ def _reconcile(args) -> int:
     settings = load_settings(args.config)
     tables = load_tables(settings, args.table)
     rows = reconcile(settings, tables, wait_s=args.wait, deep=args.deep, limit=args.limit)
-    if args.format == "html":
+    form = "json" if args.json else args.format or "text"
+    if form == "html":
         from cdc.report import history
         from cdc.report.html import format_html
         from cdc.sinks.catalog import load_catalog
 
         report = format_html(rows, history.read(load_catalog(settings), [t.name for t in tables]))
     else:
-        report = format_json(rows) if args.format == "json" else format_text(rows)
+        report = format_json(rows) if form == "json" else format_text(rows)
     if args.out:
-        from pathlib import Path
-
         Path(args.out).write_text(report + "\n")
         print(f"reconciliation report written to {args.out}")
     else:
@@ -182,71 +235,92 @@ def _doctor(args) -> int:
     return exit_code(checks)
 
 
+CONFIG_HELP = "path to cdc.yaml (default: ./cdc.yaml or $CDC_CONFIG)"
+LOG_FORMAT_HELP = "log lines on stderr as text, or one JSON object per line (default: $CDC_LOG_FORMAT or text)"
+TABLES_HELP = ("only this registered table, or those a pattern such as 'shop.*' matches; repeat for several "
+               "(default: all)")
+ONE_TABLE_HELP = "the registered table (one)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cdc", description="Debezium change events applied to Apache Iceberg.")
-    p.add_argument("--config", help="path to cdc.yaml (default: ./cdc.yaml or $CDC_CONFIG)")
-    p.add_argument("--log-format", choices=FORMATS,
-                   help="log lines on stderr as text, or one JSON object per line (default: $CDC_LOG_FORMAT or text)")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
+    p.add_argument("--log-format", choices=FORMATS, help=LOG_FORMAT_HELP)
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    # The same two options after a subcommand's name; unset there, the ones before it stand.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    common.add_argument("--log-format", choices=FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)
 
-    st = sub.add_parser("stack", help="start, stop or inspect the local stack")
-    st.add_argument("action", choices=["up", "down", "status"])
-    st.add_argument("--purge", action="store_true", help="with down: delete all local state")
-    st.add_argument("--json", action="store_true", help="with status: print JSON")
-    st.set_defaults(func=_stack)
+    def command(parent, name: str, text: str, func=None, more: str = "") -> argparse.ArgumentParser:
+        c = parent.add_parser(name, help=text, description=text + more, parents=[common])
+        if func is not None:
+            c.set_defaults(func=func)
+        return c
 
-    rg = sub.add_parser("register", help="create the Debezium connector and the Iceberg targets")
-    rg.add_argument("--table", help="only this registered table (default: all)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    st = command(sub, "stack", "start, stop or inspect the local stack")
+    ssub = st.add_subparsers(dest="action", required=True, metavar="ACTION")
+    command(ssub, "up", "start the local stack's services in the background (logs and data in the state directory)",
+            _stack_up)
+    down = command(ssub, "down", "stop the local stack's services", _stack_down)
+    down.add_argument("--purge", action="store_true",
+                      help="also delete all local state (the state directory: data, warehouse, checkpoints)")
+    status = command(ssub, "status", "each service's state, and how to reach Kafka, Connect, PostgreSQL and the "
+                                     "catalog", _stack_status)
+    status.add_argument("--json", action="store_true",
+                        help="print JSON: kafka_bootstrap, kafka_sasl, connect_url, postgres_dsn, catalog, services")
+
+    rg = command(sub, "register", "create the Debezium connector and the Iceberg targets", _register)
+    rg.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     rg.add_argument("--dry-run", action="store_true",
                     help="print the target, topic and connector changes it would make, and make none")
     rg.add_argument("--no-wait", action="store_true",
                     help="return once the connector runs, without waiting for Debezium's snapshot of the new "
                          "tables (it goes on in the connector; `cdc run` applies it as it arrives)")
-    rg.set_defaults(func=_register)
 
-    tb = sub.add_parser("tables", help="add a registration from the source's table, or list the registrations")
-    tsub = tb.add_subparsers(dest="action", required=True)
-    ta = tsub.add_parser("add", help="introspect a source table and write tables/<name>.yaml")
-    ta.add_argument("--schema", required=True, help="the source schema (MariaDB: database)")
-    ta.add_argument("--table", required=True, help="the source table")
+    tb = command(sub, "tables", "add a registration from the source's table, remove one, or list the registrations")
+    tsub = tb.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ta = command(tsub, "add", "introspect a source table and write tables/<name>.yaml", _tables)
+    ta.add_argument("source_table", nargs="?", metavar="SOURCE_TABLE",
+                    help="the source table: SCHEMA.TABLE (MariaDB: DATABASE.TABLE), or TABLE with --schema")
+    ta.add_argument("--schema", help="the source schema (MariaDB: database) of a SOURCE_TABLE given without it")
+    ta.add_argument("--table", dest="old_table", metavar="TABLE",
+                    help="deprecated: the source table; give SOURCE_TABLE instead")
     ta.add_argument("--source", help="the source in cdc.yaml (default: the only one)")
     ta.add_argument("--name", metavar="NS.TABLE", help="the registration and target name (default: SCHEMA.TABLE)")
     ta.add_argument("--key", metavar="COL[,COL...]", help="key columns (default: the primary key; required "
                                                           "for a table without one)")
     ta.add_argument("--sink", choices=SINKS, default="iceberg",
                     help="the target's format: a table of the Iceberg catalog, or a Delta table under delta.root")
-    ta.set_defaults(func=_tables)
-    tr = tsub.add_parser("remove", help="take a registered table out of capture: its connector stops capturing "
-                                        "it (the last table of a source: the connector, slot and publication "
-                                        "go), its registration file, checkpoint and job state go; its target stays, "
-                                        "marked out of capture, unless --drop-target")
+    tr = command(tsub, "remove", "take a registered table out of capture: its connector stops capturing it (the last "
+                                 "table of a source: the connector, slot and publication go), its registration file, "
+                                 "checkpoint and job state go; its target stays, marked out of capture, unless "
+                                 "--drop-target", _tables)
     tr.add_argument("name", metavar="NAME", help="the registered table (namespace.table)")
     tr.add_argument("--drop-target", action="store_true",
                     help="also drop its target, delete memory and dead letters (with their files) and its topic")
-    tr.set_defaults(func=_tables)
-    tl = tsub.add_parser("list", help="each registration with its state")
+    tl = command(tsub, "list", "each registration with its state", _tables)
     tl.add_argument("--json", action="store_true", help="print JSON")
-    tl.set_defaults(func=_tables)
 
-    cp = sub.add_parser("capture", help="act on the sources' Debezium connectors in Kafka Connect")
-    csub = cp.add_subparsers(dest="action", required=True)
-    cr = csub.add_parser("restart", help="restart failed connectors and tasks and resume paused ones (once the "
-                                         "cause is fixed), then show their fresh state; exit 3 when a source "
-                                         "still does not capture")
+    cp = command(sub, "capture", "act on the sources' Debezium connectors in Kafka Connect")
+    csub = cp.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cr = command(csub, "restart", "restart failed connectors and tasks and resume paused ones (once the cause is "
+                                  "fixed), then show their fresh state; exit 3 when a source still does not capture",
+                 _capture)
     cr.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source with "
                                                      "registered tables)")
-    cr.set_defaults(func=_capture)
 
-    rn = sub.add_parser("run", help="replicate registered tables from Kafka into Iceberg")
-    rn.add_argument("--table", help="only this registered table (default: all)")
+    rn = command(sub, "run", "replicate registered tables from Kafka into Iceberg", _run)
+    rn.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     rn.add_argument("--available-now", action="store_true",
                     help="process what is in Kafka now, commit, and exit")
     rn.add_argument("--metrics-port", type=_port, metavar="N",
                     help="serve Prometheus metrics on http://<host>:N/metrics while the job runs")
-    rn.set_defaults(func=_run)
 
-    ss = sub.add_parser("status", help="lag, committed position, last snapshot and job state per table")
-    ss.add_argument("--table", help="only this registered table (default: all)")
+    ss = command(sub, "status", "lag, committed position, last snapshot and job state per table", _status)
+    ss.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     ss.add_argument("--json", action="store_true", help="print JSON")
     ss.add_argument("--check", action="store_true",
                     help="exit 3 when a source does not capture or a table's job has failed or died, else 1 when "
@@ -255,34 +329,33 @@ def parser() -> argparse.ArgumentParser:
                     help="with --check: a table with more records in Kafka not yet applied is behind")
     ss.add_argument("--max-age", type=_bound, metavar="SECONDS",
                     help="with --check: a table whose oldest change not yet applied is older is behind")
-    ss.set_defaults(func=_status)
 
-    dr = sub.add_parser("doctor", help="preflight before registering tables: the sources' settings (PostgreSQL: "
-                                       "wal_level, free slots and WAL senders, REPLICATION, the publication; "
-                                       "MariaDB: binary log format and row image, GTID, grants), each registered "
-                                       "table (exists, logged, readable, keyed, columns Debezium and Spark take), "
-                                       "and Kafka, Kafka Connect's Debezium plugins, the catalog and the schema "
-                                       "registry; each problem with its fix (exit 0 all ok, 1 a check failed)")
+    dr = command(sub, "doctor", "preflight before registering tables: the sources' settings (PostgreSQL: wal_level, "
+                                "free slots and WAL senders, REPLICATION, the publication; MariaDB: binary log format "
+                                "and row image, GTID, grants), each registered table (exists, logged, readable, keyed, "
+                                "columns Debezium and Spark take), and Kafka, Kafka Connect's Debezium plugins, the "
+                                "catalog and the schema registry; each problem with its fix (exit 0 all ok, 1 a check "
+                                "failed)", _doctor)
     dr.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source)")
-    dr.add_argument("--json", action="store_true", help='print {"schema_version": 1, "checks": [...]}')
-    dr.set_defaults(func=_doctor)
+    dr.add_argument("--json", action="store_true", help='print {"schema_version": 1, "ok": ..., "checks": [...]}')
 
-    rp = sub.add_parser("replay", help="re-read a window of a table's topic and re-apply it")
-    rp.add_argument("--table", required=True, help="the registered table")
+    rp = command(sub, "replay", "re-read a window of a table's topic and re-apply it", _replay)
+    rp.add_argument("--table", action="append", required=True, metavar="NAME", help=ONE_TABLE_HELP)
     window = rp.add_mutually_exclusive_group(required=True)
     window.add_argument("--from-earliest", action="store_true", help="from the oldest record Kafka holds")
     window.add_argument("--from-offsets", metavar="JSON", help='e.g. \'{"<topic>": {"0": 1200}}\'')
     window.add_argument("--from-timestamp", metavar="TS", help="epoch milliseconds or ISO-8601 (UTC by default)")
     window.add_argument("--from-position", metavar="POS", help="a _cdc_position value")
-    rp.set_defaults(func=_replay)
 
-    rc = sub.add_parser("reconcile", help="source against target row counts (and rows, with --deep) per table: "
-                                          "OK, DRIFT, IN-FLIGHT or CAPTURE-STOPPED (exit 0 all OK, 1 a drift, 5 only "
-                                          "in flight, 3 capture stopped); every run "
-                                          "is appended to cdc_meta.reconcile_history")
-    rc.add_argument("--table", help="only this registered table (default: all)")
-    rc.add_argument("--format", choices=["text", "json", "html"], default="text",
-                    help="html: one page with each table's counts and lag over the runs kept in the history table")
+    rc = command(sub, "reconcile", "source against target row counts (and rows, with --deep) per table: OK, DRIFT, "
+                                   "IN-FLIGHT or CAPTURE-STOPPED (exit 0 all OK, 1 a drift, 5 only in flight, 3 "
+                                   "capture stopped); every run is appended to cdc_meta.reconcile_history", _reconcile)
+    rc.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
+    form = rc.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print JSON (the same as --format json)")
+    form.add_argument("--format", choices=["text", "json", "html"],
+                      help="text (the default), json, or html: one page with each table's counts and lag over the "
+                           "runs kept in the history table")
     rc.add_argument("--deep", action="store_true",
                     help="also compare the rows: checksums of key ranges on both sides, bisected down to the keys "
                          "that differ (PostgreSQL sources; reads the table through Spark)")
@@ -291,24 +364,38 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--out", metavar="FILE", help="write the report here instead of standard output")
     rc.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                     help="how long to wait for the target to catch up with the source's position (default 60)")
-    rc.set_defaults(func=_reconcile)
 
-    mt = sub.add_parser("maintain", help="compact data and delete files, expire old snapshots, remove orphan files; "
-                                         "safe while the job runs")
-    mt.add_argument("--table", help="only this registered table (default: all)")
+    mt = command(sub, "maintain", "compact data and delete files, expire old snapshots, remove orphan files; safe "
+                                  "while the job runs", _maintain)
+    mt.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     mt.add_argument("--every", type=_positive, metavar="SECONDS", help="run again every SECONDS, until interrupted")
-    mt.set_defaults(func=_maintain)
 
-    bs = sub.add_parser("bootstrap", help="fill a table's target from the source, then stream on")
-    bs.add_argument("--table", required=True, help="the registered table")
+    bs = command(sub, "bootstrap", "fill a table's target from the source, then stream on; a target that holds rows "
+                                   "is emptied first, after a question on the terminal (or --yes)", _bootstrap)
+    bs.add_argument("--table", action="append", required=True, metavar="NAME", help=ONE_TABLE_HELP)
     bs.add_argument("--method", choices=["jdbc", "debezium"],
                     help="jdbc: parallel read in one exported snapshot (the default for PostgreSQL); debezium: incremental snapshot "
                          "through the signal table (the default for MariaDB). An unfinished bootstrap resumes with its own method")
     bs.add_argument("--chunk-rows", type=_positive, default=500_000, metavar="N",
                     help="jdbc: rows per committed chunk, the unit a resumed bootstrap restarts from")
     bs.add_argument("--restart", action="store_true", help="start an unfinished bootstrap over")
-    bs.set_defaults(func=_bootstrap)
+    bs.add_argument("--yes", "-y", action="store_true",
+                    help="empty a target that holds rows without asking (needed when standard input is not a terminal)")
     return p
+
+
+def version() -> str:
+    """The installed package's version, else pyproject.toml's (a source checkout)."""
+    try:
+        return metadata.version("cdc")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        try:
+            pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
 
 
 def _port(text: str) -> int:
@@ -338,9 +425,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     set_format(args.log_format or (os.environ.get("CDC_LOG_FORMAT") if os.environ.get("CDC_LOG_FORMAT") in FORMATS
                                    else "text"))
-    if args.command == "stack" and (args.purge and args.action != "down" or args.json and args.action != "status"):
-        print("cdc: --purge goes with `stack down`, --json with `stack status`", file=sys.stderr)
-        return 2
     try:
         with shutdown.handled():
             try:

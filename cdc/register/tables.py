@@ -92,4 +92,4 @@ def format_listing(rows: list[dict]) -> str:
                      f"{r['job']['state']:10} "
                      f"{r['source'] + ':' + r['source_table']:34} "
                      f"{', '.join(r['key']) if r['key'] else '(primary key)'}")
-    return "\n".join(lines if rows else lines + ["(no registered tables: cdc tables add --schema S --table T)"])
+    return "\n".join(lines if rows else lines + ["(no registered tables: cdc tables add SCHEMA.TABLE)"])

@@ -76,7 +76,7 @@ def test_jdbc_bootstrap_while_the_source_keeps_changing_then_streaming(it_env, c
     stop, threads = churning(it_env, "big", 300_000)
     try:
         capsys.readouterr()
-        assert it_env.cdc("bootstrap", "--table", name, "--chunk-rows", "100000") == 0
+        assert it_env.cdc("bootstrap", "--yes", "--table", name, "--chunk-rows", "100000") == 0
     finally:
         stop_churn(stop, threads)
     out = capsys.readouterr().out
@@ -95,7 +95,7 @@ def test_interrupted_jdbc_bootstrap_resumes_in_a_new_snapshot(it_env, capsys):
     s = it_env.schema
     name = make_table(it_env, "resumed", 3000)
     crashed = subprocess.run([sys.executable, "-m", "cdc.cli.main", "--config", str(it_env.config), "bootstrap",
-                              "--table", name, "--chunk-rows", "1000"],
+                              "--yes", "--table", name, "--chunk-rows", "1000"],
                              env={**os.environ, CRASH_ENV: "bootstrap-chunk:2"}, capture_output=True, text=True,
                              timeout=600)
     assert crashed.returncode == -9, crashed.stderr[-3000:]
@@ -107,7 +107,7 @@ def test_interrupted_jdbc_bootstrap_resumes_in_a_new_snapshot(it_env, capsys):
     capsys.readouterr()
     assert it_env.cdc("run", "--available-now", "--table", name) == 3
     assert f"cdc bootstrap --table {name}" in capsys.readouterr().err
-    assert it_env.cdc("bootstrap", "--table", name, "--chunk-rows", "1000") == 0
+    assert it_env.cdc("bootstrap", "--yes", "--table", name, "--chunk-rows", "1000") == 0
     assert "resuming" in capsys.readouterr().out
     boot = bootstrap_state(it_env, "resumed")
     assert len(boot.snapshots) == 3 and len(set(boot.snapshots.values())) == 2  # two snapshots, by key range
@@ -125,7 +125,7 @@ def test_debezium_bootstrap_refills_through_the_incremental_snapshot(it_env, spa
     stop, threads = churning(it_env, "viadbz", 2000, writers=1)
     try:
         capsys.readouterr()
-        assert it_env.cdc("bootstrap", "--table", name, "--method", "debezium") == 0
+        assert it_env.cdc("bootstrap", "--yes", "--table", name, "--method", "debezium") == 0
     finally:
         stop_churn(stop, threads)
     out = capsys.readouterr().out
@@ -154,7 +154,7 @@ def test_table_registered_and_bootstrapped_while_another_streams(it_env, tmp_pat
         it_env.transaction(f'UPDATE "{s}".steady SET v = v + 1 WHERE id <= 100')
         name = make_table(it_env, "joiner", 5000)  # registered while the connector and the job run
         it_env.transaction(f'UPDATE "{s}".steady SET v = v + 1 WHERE id > 100', f'DELETE FROM "{s}".steady WHERE id = 7')
-        assert it_env.cdc("bootstrap", "--table", name, "--chunk-rows", "2000") == 0
+        assert it_env.cdc("bootstrap", "--yes", "--table", name, "--chunk-rows", "2000") == 0
         it_env.transaction(f'INSERT INTO "{s}".steady VALUES (500, 5)', f'UPDATE "{s}".joiner SET v = \'late\' WHERE id < 10')
         it_env.replicate("joiner", it_env.marker())
         assert_equal(it_env.dsn, s, "joiner", it_env.catalog, f"{s}.joiner", ("id",))

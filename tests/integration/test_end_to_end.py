@@ -93,7 +93,7 @@ def test_snapshot_then_streamed_changes_equal_the_source(env):
     # The JDBC bootstrap reads every type in Debezium's form: the same values as streaming.
     streamed = env.catalog.load_table(f"{s}.all_types").scan().to_arrow().drop(
         ["_cdc_op", "_cdc_position", "_cdc_source_ts", "_cdc_kafka_partition", "_cdc_kafka_offset"]).sort_by("id")
-    assert env.cdc("bootstrap", "--table", f"{s}.all_types") == 0
+    assert env.cdc("bootstrap", "--yes", "--table", f"{s}.all_types") == 0
     assert assert_equal(env.dsn, s, "all_types", env.catalog, f"{s}.all_types", ("id",), FLOAT32) == n
     loaded = env.catalog.load_table(f"{s}.all_types").scan().to_arrow().select(streamed.column_names).sort_by("id")
     assert loaded.to_pylist() == streamed.to_pylist() or _same_but_nan(loaded.to_pylist(), streamed.to_pylist())
@@ -144,7 +144,7 @@ def test_infinities_and_values_without_a_target_value(env):
     (dead,) = env.catalog.load_table(f"{s}.edges__cdc_dead_letters").scan().to_arrow().to_pylist()
     assert dead["error_class"] == "value-does-not-fit" and "num" in dead["error_message"]
     env.sql(f'DELETE FROM "{s}".edges WHERE id = 4')
-    assert env.cdc("bootstrap", "--table", name) == 0  # the JDBC read keeps the same rule
+    assert env.cdc("bootstrap", "--yes", "--table", name) == 0  # the JDBC read keeps the same rule
     assert rows() == expected
 
 
@@ -177,23 +177,23 @@ def test_tables_add_introspects_a_composite_key_and_refuses_a_keyless_table(env,
     import json
 
     s, tables = env.schema, env.settings.path(env.settings.tables_dir)
-    assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", f"{s}.lines_added") == 0
+    assert env.cdc("tables", "add", f"{s}.lines", "--name", f"{s}.lines_added") == 0
     written = (tables / f"{s}.lines_added.yaml").read_text()
     assert yaml.safe_load(written) == {"name": f"{s}.lines_added", "source": {"schema": s, "table": "lines"},
                                        "key": ["order_id", "line_no"]}
     assert '#   "sku" "text"' in written and '#   "line_no" "smallint" not null  (key)' in written
     capsys.readouterr()
-    assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", f"{s}.lines_added") == 2
+    assert env.cdc("tables", "add", f"{s}.lines", "--name", f"{s}.lines_added") == 2
     assert "already exists" in capsys.readouterr().err and (tables / f"{s}.lines_added.yaml").read_text() == written
     try:
-        assert env.cdc("tables", "add", "--schema", s, "--table", "no_key") == 2
+        assert env.cdc("tables", "add", f"{s}.no_key") == 2
         err = capsys.readouterr().err
         assert "has no primary key" in err and "--key" in err and not (tables / f"{s}.no_key.yaml").exists()
-        assert env.cdc("tables", "add", "--schema", s, "--table", "no_key", "--key", "a,b") == 2
+        assert env.cdc("tables", "add", f"{s}.no_key", "--key", "a,b") == 2
         assert "REPLICA IDENTITY FULL" in capsys.readouterr().err  # updates would carry no key
-        assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", "not-qualified") == 2
+        assert env.cdc("tables", "add", f"{s}.lines", "--name", "not-qualified") == 2
         assert "<namespace>.<table>" in capsys.readouterr().err
-        assert env.cdc("tables", "add", "--schema", s, "--table", "lines", "--name", f"{s}.lines_delta",
+        assert env.cdc("tables", "add", f"{s}.lines", "--name", f"{s}.lines_delta",
                        "--sink", "delta") == 0
         assert yaml.safe_load((tables / f"{s}.lines_delta.yaml").read_text())["sink"] == "delta"
         capsys.readouterr()
@@ -216,7 +216,7 @@ def test_register_dry_run_prints_the_changes_and_makes_none(env, capsys):
     s = env.schema
     env.sql(f'CREATE TABLE "{s}".pairs (region text, code int, label text, PRIMARY KEY (region, code))')
     env.sql(f'INSERT INTO "{s}".pairs SELECT \'r\' || (g % 3), g, \'l\' || g FROM generate_series(1, 12) g')
-    assert env.cdc("tables", "add", "--schema", s, "--table", "pairs") == 0
+    assert env.cdc("tables", "add", f"{s}.pairs") == 0
     client, connector, topic = ConnectClient(env.settings.connect_url), connector_name(env.source), f"{env.source}.{s}.pairs"
     before = client.config(connector)
     capsys.readouterr()

@@ -161,7 +161,7 @@ def test_retention_gap_fails_loudly_and_commits_nothing(fenv, capsys):
     assert f"cdc bootstrap --table {fenv.schema}.expired" in err
     assert offsets_history(fenv, "expired") == before
     # The remedy the message names re-fills the table, and streaming goes on after it.
-    assert fenv.cdc("bootstrap", "--table", f"{fenv.schema}.expired") == 0
+    assert fenv.cdc("bootstrap", "--yes", "--table", f"{fenv.schema}.expired") == 0
     fenv.replicate("expired", fenv.transaction(f'UPDATE "{fenv.schema}".expired SET v = \'after\' WHERE id < 20',
                                                f'DELETE FROM "{fenv.schema}".expired WHERE id = 21'))
     assert_equal(fenv.dsn, fenv.schema, "expired", fenv.catalog, f"{fenv.schema}.expired", ("id",))
@@ -216,7 +216,7 @@ def test_recreated_topic_is_detected_not_consumed(fenv, capsys):
     err = capsys.readouterr().err
     assert f"topic {topic} was recreated (topic id" in err
     assert offsets_history(fenv, "recreated") == before
-    assert fenv.cdc("bootstrap", "--table", f"{s}.recreated") == 0
+    assert fenv.cdc("bootstrap", "--yes", "--table", f"{s}.recreated") == 0
     fenv.replicate("recreated", fenv.transaction(f'UPDATE "{s}".recreated SET v = \'after\' WHERE id < 20',
                                                  f'DELETE FROM "{s}".recreated WHERE id = 21'))
     assert_equal(fenv.dsn, s, "recreated", fenv.catalog, f"{s}.recreated", ("id",))
@@ -230,7 +230,7 @@ def test_bootstrap_and_maintenance_of_a_delta_target_keep_it_exact(denv, capsys)
     # In Kafka, not applied: the bootstrap's read holds them.
     denv.wait_captured(denv.transaction(f"UPDATE {t} SET v = 'before' WHERE id < 10", f"DELETE FROM {t} WHERE id = 11"))
     capsys.readouterr()
-    assert denv.cdc("bootstrap", "--table", name, "--chunk-rows", "40") == 0
+    assert denv.cdc("bootstrap", "--yes", "--table", name, "--chunk-rows", "40") == 0
     out = capsys.readouterr().out
     boot = Bootstrap.from_json(delta.properties(delta.open_table(denv.delta_path("crash_a")))[PROPERTY])
     assert f"bootstrap {boot.id} (jdbc) done" in out and boot.state == "done" and len(boot.chunks) >= 2

@@ -225,7 +225,7 @@ def test_another_masking_key_is_refused(env, tmp_path, capsys):
     config.write_text(yaml.safe_dump(doc))
     env.wait_captured(env.transaction(f"UPDATE \"{s}\".people SET email = 'new@example.org' WHERE id = 2"))
     for args in (("register", "--table", f"{s}.people"), ("run", "--available-now", "--table", f"{s}.people"),
-                 ("bootstrap", "--table", f"{s}.people"), ("reconcile", "--deep", "--table", f"{s}.people")):
+                 ("bootstrap", "--yes", "--table", f"{s}.people"), ("reconcile", "--deep", "--table", f"{s}.people")):
         capsys.readouterr()
         assert env.cdc("--config", str(config), *args) != 0, args
         err = capsys.readouterr().err

@@ -19,7 +19,7 @@ def test_tables_add_writes_only_what_cdc_decided(it_env):
     columns = ", ".join('"' + name.replace('"', '""') + '" text' for name in HOSTILE.values())
     env.sql(f'CREATE TABLE "{s}".hostile (id int PRIMARY KEY, {columns})')
     env.sql(f'INSERT INTO "{s}".hostile VALUES (1, ' + ", ".join(f"'{k}'" for k in HOSTILE) + ")")
-    assert env.cdc("tables", "add", "--schema", s, "--table", "hostile") == 0
+    assert env.cdc("tables", "add", f"{s}.hostile") == 0
     path = env.settings.path(env.settings.tables_dir) / f"{s}.hostile.yaml"
     written = path.read_text()
     assert yaml.safe_load(written) == {"name": f"{s}.hostile", "source": {"schema": s, "table": "hostile"},
@@ -45,7 +45,7 @@ def test_register_one_table_captures_it_alone(it_env):
     for t in ("only_a", "only_b"):
         env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v int)')
         env.sql(f'INSERT INTO "{s}".{t} VALUES (1, 1)')
-        assert env.cdc("tables", "add", "--schema", s, "--table", t) == 0
+        assert env.cdc("tables", "add", f"{s}.{t}") == 0
     before = include_list(env)
     assert env.cdc("register", "--table", f"{s}.only_a") == 0
     assert include_list(env) == before | {f"{s}.only_a"}  # not only_b: added, never registered
@@ -110,7 +110,7 @@ def test_a_refused_registration_changes_nothing(it_env, capsys):
     for table, problem in (("twins", "columns that differ only by case: 'v', 'V'"),
                            ("reserved", "'_CDC_OP' use the prefix '_cdc_' (in any case)")):
         capsys.readouterr()
-        assert env.cdc("tables", "add", "--schema", s, "--table", table) == 2
+        assert env.cdc("tables", "add", f"{s}.{table}") == 2
         assert problem in capsys.readouterr().err and not (tables / f"{s}.{table}.yaml").exists()
 
     # The reserved name left out of the target: the table registers and replicates.

@@ -33,7 +33,7 @@ def test_snapshot_never_jdbc_and_initial_without_waiting(it_env, capsys):
     env.sql(f'UPDATE "{s}".snap_jdbc SET v = \'before\' WHERE id = 1')
     assert env.cdc("run", "--available-now", "--table", jdbc) == 3
     assert f"`cdc bootstrap --table {jdbc}`" in capsys.readouterr().err
-    assert env.cdc("bootstrap", "--table", jdbc) == 0
+    assert env.cdc("bootstrap", "--yes", "--table", jdbc) == 0
     env.replicate("snap_jdbc", env.transaction(f'DELETE FROM "{s}".snap_jdbc WHERE id = 2'))
     assert env.assert_equal("snap_jdbc") == 39
 

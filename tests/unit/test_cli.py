@@ -1,6 +1,16 @@
+import json
 import re
 
+import pytest
+
+from cdc.cli import main as cli
 from cdc.cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def no_terminal(monkeypatch):
+    """Standard input is no terminal (as under cron), even when pytest runs on one."""
+    monkeypatch.setattr(cli.prompt, "interactive", lambda: False)
 
 
 def test_bad_config_exits_2_with_the_problem(tmp_path, capsys):
@@ -17,7 +27,133 @@ def test_missing_config_exits_2(tmp_path, capsys):
 
 
 def test_flags_in_the_wrong_place_exit_2(capsys):
-    assert main(["stack", "up", "--purge"]) == 2
+    for argv in (["stack", "up", "--purge"], ["stack", "up", "--json"], ["stack", "down", "--json"],
+                 ["stack", "status", "--purge"], ["reconcile", "--json", "--format", "html"]):
+        with pytest.raises(SystemExit) as exit:
+            main(argv)
+        assert exit.value.code == 2, argv
+    assert "--purge" in capsys.readouterr().err
+
+
+def test_global_options_go_before_or_after_the_command(tmp_path, capsys):
+    missing = str(tmp_path / "none.yaml")
+    for argv in (["--config", missing, "register"], ["register", "--config", missing],
+                 ["--config", "cdc.yaml", "status", "--config", missing], ["stack", "status", "--config", missing],
+                 ["stack", "--config", missing, "status", "--json"], ["tables", "list", "--config", missing]):
+        assert main(argv) == 2, argv
+        assert f"{missing} does not exist" in capsys.readouterr().err, argv
+    assert main(["register", "--log-format", "json", "--config", missing]) == 2
+    assert json.loads(capsys.readouterr().err)["exit_code"] == 2
+    args = cli.parser().parse_args(["--config", "a.yaml", "--log-format", "json", "run"])
+    assert (args.config, args.log_format) == ("a.yaml", "json")  # before the command: not reset by it
+
+
+def test_version(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and re.fullmatch(r"cdc \S+\n", capsys.readouterr().out)
+
+    def not_installed(name):
+        raise cli.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(cli.metadata, "version", not_installed)
+    pyproject = (cli.Path(cli.__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'version = "{cli.version()}"' in pyproject
+
+
+def test_commands_with_structured_output_take_json():
+    p = cli.parser()
+    for argv in (["stack", "status"], ["tables", "list"], ["status"], ["doctor"], ["reconcile"]):
+        assert p.parse_args([*argv, "--json"]).json is True, argv
+    assert p.parse_args(["reconcile", "--format", "json"]).format == "json"  # still spelled that way too
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A cdc.yaml with one source and three registrations, as the current directory."""
+    (tmp_path / "cdc.yaml").write_text("sources:\n  shop:\n    kind: postgresql\n    database: shop\n    user: cdc\n")
+    (tmp_path / "tables").mkdir()
+    for name in ("shop.orders", "shop.lines", "crm.people"):
+        (tmp_path / "tables" / f"{name}.yaml").write_text(
+            f"name: {name}\nsource: {{schema: public, table: {name.split('.')[1]}}}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CDC_CONFIG", raising=False)
+    return tmp_path
+
+
+def test_table_selections_reach_the_command(project, monkeypatch):
+    import cdc.jobs.runner
+
+    seen = []
+    monkeypatch.setattr(cdc.jobs.runner, "run", lambda settings, tables, available_now: seen.append(
+        [t.name for t in tables]))
+    assert main(["run", "--table", "shop.*", "--table", "crm.people"]) == 0
+    assert main(["run", "--available-now"]) == 0
+    assert seen == [["crm.people", "shop.lines", "shop.orders"]] * 2
+    assert main(["run", "--table", "sales.*"]) == 2
+
+
+def test_commands_on_one_table_refuse_several(project, capsys, monkeypatch):
+    import cdc.bootstrap.load
+    import cdc.jobs.runner
+
+    monkeypatch.setattr(cdc.bootstrap.load, "bootstrap", lambda *a, **k: pytest.fail("bootstrapped"))
+    monkeypatch.setattr(cdc.jobs.runner, "replay", lambda *a, **k: pytest.fail("replayed"))
+    for argv in (["bootstrap", "--yes", "--table", "shop.orders", "--table", "shop.lines"],
+                 ["bootstrap", "--yes", "--table", "shop.*"], ["replay", "--from-earliest", "--table", "*"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"cdc {argv[0]} acts on one table" in err and "shop.lines" in err and "--table NAME" in err
+    assert main(["tables", "remove", "shop.*"]) == 2
+    assert "not a pattern" in capsys.readouterr().err
+
+
+def test_bootstrap_asks_before_emptying_a_target(project, capsys, monkeypatch):
+    import cdc.bootstrap.load
+
+    answers = []
+
+    def bootstrap(settings, reg, method, chunk_rows, restart, confirm):
+        answers.append(None if confirm is None else confirm("empty shop.orders?"))
+
+    monkeypatch.setattr(cdc.bootstrap.load, "bootstrap", bootstrap)
+    assert main(["bootstrap", "--table", "shop.orders", "--yes"]) == 0 and answers == [None]
+    # No terminal to ask on: refused, naming --yes.
+    assert main(["bootstrap", "--table", "shop.orders"]) == 2
+    err = capsys.readouterr().err
+    assert "empty shop.orders?" in err and "no terminal" in err and "pass --yes" in err
+    monkeypatch.setattr(cli.prompt, "interactive", lambda: True)
+    for typed, answer in (("y", True), ("", False), ("no", False)):
+        monkeypatch.setattr("builtins.input", lambda question: typed)
+        assert main(["bootstrap", "--table", "shop.orders"]) == 0 and answers[-1] is answer
+
+
+def test_tables_add_takes_the_source_table_as_an_argument(project, capsys, monkeypatch):
+    import cdc.register.tables
+
+    added = []
+
+    def add(settings, schema, table, **options):
+        added.append((schema, table))
+        path = project / "tables" / f"{schema}.{table}.yaml"
+        path.write_text("written\n")
+        return path
+
+    monkeypatch.setattr(cdc.register.tables, "add", add)
+    assert main(["tables", "add", "shop.orders"]) == 0
+    assert main(["tables", "add", "orders", "--schema", "shop"]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    assert main(["tables", "add", "--schema", "shop", "--table", "orders"]) == 0  # the old spelling still works
+    assert "deprecated: `cdc tables add --table TABLE` (the source table): use `cdc tables add SCHEMA.TABLE`" \
+        in capsys.readouterr().err
+    assert added == [("shop", "orders")] * 3
+    for argv, error in ((["tables", "add", "orders"], "needs its schema"),
+                        (["tables", "add"], "needs the source table"),
+                        (["tables", "add", "crm.orders", "--schema", "shop"], "is not in --schema 'shop'"),
+                        (["tables", "add", "shop.orders", "--table", "orders"], "got the source table twice")):
+        assert main(argv) == 2, argv
+        assert error in capsys.readouterr().err, argv
+    assert len(added) == 3
 
 
 def test_metrics_port_must_be_a_tcp_port(capsys):
@@ -73,3 +209,4 @@ def test_capture_restart_of_an_unknown_source_exits_2(tmp_path, capsys):
     assert main(["--config", str(cfg), "capture", "restart", "--source", "nope"]) == 2
     err = capsys.readouterr().err
     assert "source 'nope' is not in cdc.yaml" in err and "sources: shop" in err
+
