@@ -11,7 +11,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from cdc.cli import prompt
+from cdc.cli import init, prompt
 from cdc.config import load_settings, load_tables
 from cdc.config.loader import is_pattern
 from cdc.config.models import SINKS
@@ -259,6 +259,12 @@ def parser() -> argparse.ArgumentParser:
         return c
 
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    command(sub, "init", "write a commented cdc.yaml for an existing Kafka, Kafka Connect, Iceberg catalog and source",
+            init.run, more=" database, from these options, asking on the terminal for what they leave out (when "
+                           "standard input is one); the file is checked as cdc.yaml before it is written, and an "
+                           "existing one is kept unless --force")
+    init.add_arguments(sub.choices["init"])
 
     st = command(sub, "stack", "start, stop or inspect the local stack")
     ssub = st.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -2,9 +2,11 @@ import json
 import re
 
 import pytest
+import yaml
 
-from cdc.cli import main as cli
+from cdc.cli import init, main as cli
 from cdc.cli.main import main
+from cdc.config import load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -210,3 +212,86 @@ def test_capture_restart_of_an_unknown_source_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "source 'nope' is not in cdc.yaml" in err and "sources: shop" in err
 
+
+INIT = ["init", "--kafka", "kafka1:9092,kafka2:9092", "--connect", "http://connect:8083", "--catalog-uri",
+        "http://catalog:8181", "--catalog-warehouse", "s3://lake/warehouse", "--source-host", "db.internal",
+        "--source-database", "shop", "--source-user", "cdc_reader"]
+
+
+def test_init_writes_a_cdc_yaml_that_loads(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "cdc.yaml"
+    monkeypatch.delenv("CDC_SHOP_PASSWORD", raising=False)
+    assert main([*INIT, "--output", str(out)]) == 0
+    assert "export CDC_SHOP_PASSWORD" in capsys.readouterr().out
+    text = out.read_text()
+    assert "password: ${CDC_SHOP_PASSWORD}" in text and text.startswith("# cdc against an existing Kafka")
+    monkeypatch.setenv("CDC_SHOP_PASSWORD", "pw")
+    settings = load_settings(out)
+    assert settings.kafka_bootstrap == "kafka1:9092,kafka2:9092" and settings.connect_url == "http://connect:8083"
+    assert (settings.catalog.type, settings.catalog.uri, settings.catalog.warehouse) == (
+        "rest", "http://catalog:8181", "s3://lake/warehouse")
+    src = settings.sources["shop"]
+    assert (src.kind, src.host, src.port, src.database, src.user) == ("postgresql", "db.internal", 5432, "shop",
+                                                                     "cdc_reader")
+    assert list(tmp_path.iterdir()) == [out]
+
+    assert main([*INIT, "--output", str(out), "--source-kind", "mariadb"]) == 2  # never overwritten ...
+    assert "exists" in capsys.readouterr().err and out.read_text() == text
+    assert main([*INIT, "--output", str(out), "--force", "--source-kind", "mariadb", "--source-name", "orders_db",
+                 "--source-password-file", "/run/secrets/db", "--kafka-security", "SASL_SSL", "--kafka-user", "cdc",
+                 "--kafka-password-env", "${KAFKA_SECRET}", "--schema-registry", "http://registry:8081"]) == 0
+    monkeypatch.setenv("KAFKA_SECRET", "k")
+    settings = load_settings(out)  # ... but with --force
+    src = settings.sources["orders_db"]
+    assert (src.kind, src.port, str(src.password_file), src.password) == ("mariadb", 3306, "/run/secrets/db", None)
+    security = settings.kafka.security
+    assert (security.protocol, security.sasl_mechanism, security.username) == ("SASL_SSL", "SCRAM-SHA-512", "cdc")
+    assert security.password.get_secret_value() == "k" and "${KAFKA_SECRET}" in out.read_text()
+    assert settings.registry_url == "http://registry:8081"
+
+
+def test_init_refuses_what_would_not_load_and_leaves_no_file(tmp_path, capsys):
+    out = tmp_path / "cdc.yaml"
+    for extra, error in ((["--catalog-uri", "ftp://catalog"], f"{out}: catalog.uri: uri 'ftp://catalog' is not an "
+                                                              f"http(s) URL"),
+                         (["--source-user", "no such user"], "user 'no such user' is not a plain identifier"),
+                         (["--source-password-env", "hunter2 is my password"], "is not an environment variable's name"),
+                         (["--catalog-type", "sqlite", "--catalog-warehouse", "s3://x"],
+                          "object storage needs type rest"),
+                         (["--kafka-user", "cdc"], "--kafka-user: only with --kafka-security SASL_SSL or SASL_PLAINTEXT"),
+                         (["--output", str(tmp_path / "none" / "cdc.yaml")], "none is not a directory")):
+        assert main([*INIT, "--output", str(out), *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert error in err and "hunter2" not in err, (extra, err)
+        assert list(tmp_path.iterdir()) == [], extra
+
+
+def test_init_names_every_missing_option_without_a_terminal(tmp_path, capsys):
+    assert main(["init", "--output", str(tmp_path / "cdc.yaml"), "--kafka", "k:9092"]) == 2
+    err = capsys.readouterr().err
+    assert "--connect, --catalog-uri, --source-host, --source-database, --source-user" in err
+    assert not (tmp_path / "cdc.yaml").exists()
+
+
+def test_init_asks_on_a_terminal_for_what_the_options_leave_out(tmp_path, monkeypatch, capsys):
+    answers = iter(["k:9092", "", "http://connect:8083", "", "sqlite", "", "db", "", "app", "repl", "", "", "APP_PW"])
+    asked = []
+
+    def typed(question):
+        asked.append(question)
+        return next(answers)
+
+    monkeypatch.setattr(init.prompt, "interactive", lambda: True)
+    monkeypatch.setattr("builtins.input", typed)
+    out = tmp_path / "cdc.yaml"
+    assert main(["init", "--output", str(out)]) == 0
+    assert next(answers, None) is None and asked[0].startswith("Kafka bootstrap servers")
+    monkeypatch.setenv("APP_PW", "x")
+    settings = load_settings(out)
+    assert (settings.kafka_bootstrap, settings.catalog.type, settings.sources["app"].host) == ("k:9092", "sqlite", "db")
+    assert yaml.safe_load(out.read_text())["sources"]["app"]["password"] == "${APP_PW}"
+
+
+def test_init_quotes_what_yaml_would_read_otherwise():
+    for value in ("1:30", "yes", "a: b", "x # y", "null", "'q'", "plain-host.example", "10.0.0.1"):
+        assert yaml.safe_load(f"v: {init.scalar(value)}")["v"] == value
