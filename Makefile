@@ -64,6 +64,10 @@ bench-quick: stack-up
 smoke: stack-up
 	$(PY) ../shared/checks/contract_smoke.py
 
+# The generated documents (tests/unit checks each is up to date).
+docs: $(VENV)/.stamp
+	$(PY) -m cdc.cli.reference
+
 clean:
 	-$(CDC) stack down --purge
 	rm -rf .cache $(VENV)

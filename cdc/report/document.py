@@ -1,12 +1,34 @@
-"""The JSON a command prints (`--json`, `reconcile --format json`): `schema_version` first,
-then the command's fields, named alike across commands for the same thing (`table` a
-registration's name, `target`, `lag`, `dead_letters`, `source_commit_time`, `ok`).
-`schema_version` goes up when a field changes its meaning or goes away."""
+"""The JSON a command prints (`--json`): `schema_version` first, then the command's fields,
+named alike across commands for the same thing (FIELDS). `schema_version` goes up when a
+field changes its meaning or goes away."""
 from __future__ import annotations
 
 import json
 
 SCHEMA_VERSION = 1
+
+# (field, what it is, the outputs that have it): docs/cli.md's table of names.
+FIELDS = (
+    ("schema_version", "this document's version: it goes up when a field changes its meaning or goes away", "all"),
+    ("ok", "the command's verdict: true when it exits 0", "status, doctor, reconcile"),
+    ("table", "a registered table's name (namespace.table, its file tables/<table>.yaml)",
+     "tables list, status, doctor, reconcile"),
+    ("source", "a source of cdc.yaml", "tables list, status, doctor"),
+    ("source_table", "the source's schema.table", "tables list"),
+    ("target", "the target: an Iceberg table's name, or a Delta table's path", "tables list, status, reconcile"),
+    ("sink", "iceberg or delta", "tables list, status"),
+    ("mode", "upsert, history or soft_delete", "tables list, status"),
+    ("registered", "whether `cdc register` has created the target", "tables list, status"),
+    ("job", 'the table\'s job: {"state": ..., "error": ...}', "tables list, status"),
+    ("state", "a table's state (its job's, or capture-stopped); a source's capture: its connector's", "status"),
+    ("lag", "records in Kafka the target has not applied", "status, reconcile"),
+    ("dead_letters", "records set aside in the table's dead-letter table", "status, reconcile"),
+    ("source_commit_time", "the source's commit time of the last change applied (ISO-8601, UTC)",
+     "status, reconcile"),
+    ("status", "reconcile: OK, DRIFT, IN-FLIGHT or CAPTURE-STOPPED; doctor: ok, warn or FAIL", "reconcile, doctor"),
+    ("name", "a check's stable id (wal_level, ...); never a table", "doctor"),
+    ("problems", "the lines `status --check` prints", "status"),
+)
 
 
 def dumps(**fields) -> str:
