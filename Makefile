@@ -49,6 +49,7 @@ test-unit: setup
 # The generated reference under docs/ (tests/unit/test_reference.py holds it current).
 docs: $(VENV)/.stamp
 	$(PY) -m cdc.config.reference
+	$(PY) -m cdc.cli.reference
 
 # The differential test's long run: DIFF_ROUNDS rounds of its seeded workload (CDC_DIFF_SEED=N repeats one).
 DIFF_ROUNDS ?= 12
@@ -65,9 +66,6 @@ smoke: stack-up
 	$(PY) ../shared/checks/contract_smoke.py
 
 # The generated documents (tests/unit checks each is up to date).
-docs: $(VENV)/.stamp
-	$(PY) -m cdc.cli.reference
-
 clean:
 	-$(CDC) stack down --purge
 	rm -rf .cache $(VENV)

@@ -26,7 +26,7 @@ def documented_commands():
                 fenced = not fenced
                 continue
             if pending is not None:
-                pending = (pending[0], pending[1] + " " + line.strip())
+                pending = (pending[0], pending[1].removesuffix("\\").rstrip() + " " + line.strip())
             elif fenced and PREFIX.match(line.strip()):
                 pending = (f"{doc.name}:{n}", line.strip())
             if pending is not None and not pending[1].endswith("\\"):
