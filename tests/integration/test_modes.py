@@ -143,25 +143,32 @@ def test_masked_columns_of_every_type_are_hashed_by_the_connector(env):
 
 def topic_payloads(bootstrap: str, topic: str) -> list[tuple[dict, str | None]]:
     """The payload and cdc.masked header of every change event of the topic."""
+    found = []
+    for msg in topic_messages(bootstrap, topic):
+        if msg.value() is not None:
+            header = dict(msg.headers() or []).get("cdc.masked")
+            found.append((json.loads(msg.value())["payload"], header.decode() if header else None))
+    return found
+
+
+def topic_messages(bootstrap: str, topic: str):
+    """Every record the topic holds now, read from its first offset to its end."""
     from confluent_kafka import Consumer, TopicPartition
 
     from cdc.register.topics import watermarks
 
     ends = watermarks(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-payloads", "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-messages", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _) in ends.items()])
-    found, left = [], sum(hi - lo for lo, hi in ends.values())
+    left = sum(hi - lo for lo, hi in ends.values())
     try:
         while left > 0:
             msg = consumer.poll(10)
             assert msg is not None and msg.error() is None, f"{topic}: {left} record(s) not read"
             left -= 1
-            if msg.value() is not None:
-                header = dict(msg.headers() or []).get("cdc.masked")
-                found.append((json.loads(msg.value())["payload"], header.decode() if header else None))
+            yield msg
     finally:
         consumer.close()
-    return found
 
 
 def cleartext_in_files(location: str, values: list[str]) -> list[str]:
@@ -187,23 +194,10 @@ def cleartext_in_files(location: str, values: list[str]) -> list[str]:
 
 def cleartext_in_topic(bootstrap: str, topic: str, values: list[str]) -> list[str]:
     """Where any of `values` appears in the keys, values or headers of the topic's records."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from cdc.register.topics import watermarks
-
-    ends = watermarks(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-cleartext", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _) in ends.items()])
-    found, left = [], sum(hi - lo for lo, hi in ends.values())
-    try:
-        while left > 0:
-            msg = consumer.poll(10)
-            assert msg is not None and msg.error() is None, f"{topic}: {left} record(s) not read"
-            left -= 1
-            data = b"".join([msg.key() or b"", msg.value() or b"", *[v or b"" for _, v in msg.headers() or []]])
-            found += [f"{topic}@{msg.offset()}: {v}" for v in values if v.encode() in data]
-    finally:
-        consumer.close()
+    found = []
+    for msg in topic_messages(bootstrap, topic):
+        data = b"".join([msg.key() or b"", msg.value() or b"", *[v or b"" for _, v in msg.headers() or []]])
+        found += [f"{topic}@{msg.offset()}: {v}" for v in values if v.encode() in data]
     return found
 
 
