@@ -20,6 +20,7 @@ from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError
 from cdc.jobs import metrics
 from cdc.jobs import shutdown
+from cdc.jobs.backlog import PROGRESS_EVERY_S, CatchUp, auto_batch_cap, batch_sizing, heap_bytes
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.failures import diagnose
 from cdc.log import log
@@ -27,7 +28,7 @@ from cdc.planning.bootstrap import check_not_running
 from cdc.planning.protect import target_mask_key
 from cdc.register.capture import source_capture
 from cdc.register.connector import topic_for
-from cdc.register.topics import existing_topics, offsets_at, topic_id, watermarks
+from cdc.register.topics import existing_topics, offsets_at, tail_record_bytes, topic_id, watermarks
 from cdc.sinks.formats import open_table, shown_name, target_refs
 from cdc.sinks.session import get_session
 from cdc.sinks.targets import PROP_SNAPSHOT, check_owner, check_protection, table_columns
@@ -90,23 +91,26 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
                   target_mask_key(settings, reg, properties))
 
 
-def batch_sizing(options, available_now: bool) -> dict[str, str]:
-    """The Kafka source's admission options of a table (`TableOptions`): a cap per batch,
-    and for a continuous job, a minimum to wait for (up to the delay)."""
-    out = {}
-    if options.max_offsets_per_trigger:
-        out["maxOffsetsPerTrigger"] = str(options.max_offsets_per_trigger)
-    if options.min_offsets_per_trigger and not available_now:  # AvailableNow takes what is there
-        out["minOffsetsPerTrigger"] = str(options.min_offsets_per_trigger)
-        out["maxTriggerDelay"] = f"{options.max_trigger_delay_s}s"
-    return out
+def batch_cap(spark, settings: Settings, reg: TableRegistration, topic: str, tables: int) -> int | None:
+    """The most records a batch of the table takes: its `max_offsets_per_trigger`, else
+    sized from the memory and the size of the topic's newest records (backlog.py),
+    `tables` sharing the memory."""
+    if reg.options.max_offsets_per_trigger:
+        return None
+    record_bytes = tail_record_bytes(kafka_access(settings), topic)
+    cap = auto_batch_cap(heap_bytes(spark), record_bytes, tables)
+    log(f"batches of at most {cap:,} records"
+        + (f" (about {record_bytes:,.0f} bytes a record)" if record_bytes else " (no record to size yet)"),
+        table=reg.name, event="batch-cap", records=cap, record_bytes=round(record_bytes or 0))
+    return cap
 
 
 def stream_query(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
                  start: dict[str, str], available_now: bool, skip_committed: bool = True,
-                 applier_type: type[TableApplier] = TableApplier):
+                 applier_type: type[TableApplier] = TableApplier, tables: int = 1):
     """The table's streaming query from `start`, each micro-batch applied by an
-    `applier_type` (the benchmark swaps the apply step for an append)."""
+    `applier_type` (the benchmark swaps the apply step for an append); `tables` share the
+    application's memory."""
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
               .options(**{f"kafka.{k}": v for k, v in java_kafka_properties(settings).items()})
@@ -117,7 +121,8 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               .option("kafka.max.partition.fetch.bytes", str(settings.kafka.max_record_bytes))
               # A topic with fewer partitions than cores is still read and decoded on every core.
               .option("minPartitions", str(spark.sparkContext.defaultParallelism))
-              .options(**batch_sizing(reg.options, available_now))
+              .options(**batch_sizing(reg.options, available_now,
+                                      batch_cap(spark, settings, reg, target.topic, tables)))
               .options(**start))
     _, deletes, dead_letters = target_refs(settings, reg)
     applier = applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
@@ -179,7 +184,6 @@ def stop_query(name: str, query) -> None:
 
 
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
-PROGRESS_EVERY_S = 15  # how often a table catching up (--available-now, replay) logs its progress
 FAILED_RETRY_S = 60.0  # how long a continuous job waits before it tries a failed table again
 _registries: dict[str, SchemaRegistry] = {}
 
@@ -194,9 +198,9 @@ def registry_of(settings: Settings, reg: TableRegistration) -> SchemaRegistry | 
     return _registries[settings.registry_url]
 
 
-def start_query(spark, settings: Settings, reg: TableRegistration, available_now: bool):
+def start_query(spark, settings: Settings, reg: TableRegistration, available_now: bool, tables: int = 1):
     """The table's regular query: from its checkpoint, or from the table's committed
-    offsets when the checkpoint is missing or stale."""
+    offsets when the checkpoint is missing or stale; `tables` run in the application."""
     target = open_target(spark, settings, reg)
     checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
     if checkpoint_is_stale(reg.name, target.topic, target.committed, committed_end_offsets(checkpoint)):
@@ -210,7 +214,7 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
                                                                            target.committed.items()}))
     else:
         start = {"startingOffsets": reg.options.starting_offsets}
-    return stream_query(spark, settings, reg, target, checkpoint, start, available_now)
+    return stream_query(spark, settings, reg, target, checkpoint, start, available_now, tables=tables)
 
 
 def replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
@@ -248,10 +252,10 @@ def _input_rows(progress) -> int:
     return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
 
 
-def read_lag(settings: Settings, reg: TableRegistration) -> int | None:
+def read_lag(settings: Settings, reg: TableRegistration) -> tuple[int, int] | None:
     """The table's lag gauge: Kafka's end offsets against the end of the newest batch its
     checkpoint marks committed (a lag that cannot be read now is read next time). Returns
-    the records left in all partitions (None: unknown now)."""
+    the records left in all partitions and the sum of the offsets applied (None: unknown now)."""
     topic = topic_for(reg.source.name, reg)
     try:
         ends = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
@@ -259,19 +263,21 @@ def read_lag(settings: Settings, reg: TableRegistration) -> int | None:
         return None
     done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
     metrics.record_lag(reg.name, ends, done)
-    return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items())
+    return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items()), sum(done.values())
 
 
 def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
-    """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag and each
-    source's capture, off the supervisor's loop (a Kafka or Connect outage stalls only
+    """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag (with a
+    progress line while it is far behind) and each source's capture, off the supervisor's loop (a Kafka or Connect outage stalls only
     this thread)."""
     capturing: dict[str, bool] = {}
     reachable = {"kafka": True}
+    catchups = {reg.name: CatchUp(reg.name) for reg in tables}
     while True:
         if watch_kafka(settings, reachable):
             for reg in tables:
-                read_lag(settings, reg)
+                if (lag := read_lag(settings, reg)) is not None:
+                    catchups[reg.name].seen(*lag)
         for source in sorted({t.source.name for t in tables}):
             watch_capture(settings, source, capturing)
         if stop.wait(LAG_EVERY_S):
@@ -326,6 +332,7 @@ class Supervisor:
         self.delay: dict[str, float] = {}
         self.failed: dict[str, CdcError] = {}  # tables given up, with their error
         self.retry_at: dict[str, float] = {}
+        self.catchups = {t.name: CatchUp(t.name, clock) for t in tables}
 
     def backoff(self, name: str, exc: BaseException) -> None:
         """Wait before the next attempt, or raise: at once for a failure retrying cannot
@@ -367,7 +374,8 @@ class Supervisor:
     def start(self, name: str):
         while not self.stopping:
             try:
-                query = start_query(self.spark.newSession(), self.settings, self.tables[name], self.available_now)
+                query = start_query(self.spark.newSession(), self.settings, self.tables[name], self.available_now,
+                                    len(self.tables))
                 jobstate.record(self.settings.state_dir, name, jobstate.RUNNING)
                 self.queries[name] = query
                 return query
@@ -378,12 +386,10 @@ class Supervisor:
                 self.backoff(name, e)
 
     def progress(self, name: str) -> None:
-        """A progress line of a table catching up: the records left in Kafka, and the rate."""
-        left = read_lag(self.settings, self.tables[name])
-        rate = (self.queries[name].lastProgress or {}).get("processedRowsPerSecond")
-        log(f"catching up: {'?' if left is None else f'{left:,}'} record(s) left"
-            + (f", {rate:,.0f} records/s" if rate else ""), table=name, event="progress", records_left=left,
-            records_per_s=round(rate) if rate else None)
+        """A progress line of a table catching up: the records left in Kafka, the rate and
+        the time left."""
+        if (lag := read_lag(self.settings, self.tables[name])) is not None:
+            self.catchups[name].line(*lag)
 
     def fail(self, name: str, error: CdcError) -> None:
         """A table given up: recorded and reported, and the other tables go on. A continuous

@@ -223,30 +223,55 @@ def offsets_at(kafka: Brokers, topic: str, ms: int) -> dict[int, int | None]:
 def record_times(kafka: Brokers, topic: str, offsets: dict[int, int], timeout_s: float = 15) -> dict[int, int | None]:
     """The time (epoch milliseconds) of the record at each partition's offset, or of the
     first one kept after it; None where no record was read within `timeout_s`."""
+    found = {p: records[0].timestamp()[1] if records else None
+             for p, records in read_records(kafka, topic, offsets, 1, timeout_s).items()}
+    return {p: found.get(p) for p in offsets}
+
+
+def tail_record_bytes(kafka: Brokers, topic: str, per_partition: int = 50, timeout_s: float = 10) -> float | None:
+    """The mean size (key, value and headers, in bytes) of the newest records of `topic`, up
+    to `per_partition` of each partition; None when the topic holds none."""
+    starts = {p: max(lo, hi - per_partition) for p, (lo, hi) in watermarks(kafka, topic).items() if hi > lo}
+    records = [m for found in read_records(kafka, topic, starts, per_partition, timeout_s).values() for m in found]
+    if not records:
+        return None
+    sizes = [len(m.key() or b"") + len(m.value() or b"") + sum(len(k) + len(v or b"") for k, v in m.headers() or [])
+             for m in records]
+    return sum(sizes) / len(sizes)
+
+
+def read_records(kafka: Brokers, topic: str, offsets: dict[int, int], per_partition: int,
+                 timeout_s: float = 15) -> dict[int, list]:
+    """Up to `per_partition` records of each partition from its offset (or the first one kept
+    after it), read until each partition has them or ends, or `timeout_s` passes."""
     import time
 
     from confluent_kafka import Consumer, TopicPartition
 
     w = Watched(kafka)
-    consumer = Consumer(w.conf(**{"group.id": "cdc-record-times", "enable.auto.commit": False,
+    consumer = Consumer(w.conf(**{"group.id": "cdc-read-records", "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", "enable.partition.eof": True}))
-    found: dict[int, int | None] = {}
+    found: dict[int, list] = {p: [] for p in offsets}
+    done: set[int] = set()
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
         deadline = time.monotonic() + timeout_s
-        while len(found) < len(offsets) and time.monotonic() < deadline:
+        while len(done) < len(offsets) and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
-            if msg is None or msg.partition() in found:
+            if msg is None or msg.partition() in done:
                 continue
             if msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
                 raise DependencyError(f"Kafka at {w.access.bootstrap}: cannot read {topic}: {msg.error()}")
-            found[msg.partition()] = msg.timestamp()[1] if msg.error() is None else None
-            consumer.pause([TopicPartition(topic, msg.partition())])
+            if msg.error() is None:
+                found[msg.partition()].append(msg)
+            if msg.error() is not None or len(found[msg.partition()]) >= per_partition:
+                done.add(msg.partition())
+                consumer.pause([TopicPartition(topic, msg.partition())])
     except KafkaException as e:
         raise w.failure(e) from None
     finally:
         consumer.close()
-    return {p: found.get(p) for p in offsets}
+    return found
 
 
 def delete_topics(kafka: Brokers, topics: list[str]) -> list[str]:

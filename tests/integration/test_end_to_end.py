@@ -7,9 +7,10 @@ from decimal import Decimal
 import pytest
 import yaml
 
+from cdc.control.commits import parse_offsets
 from cdc.register.connector import ConnectClient, connector_name
-
 from tests.compare import assert_equal
+from tests.conftest import end_offset
 
 ALL_TYPES = """
 CREATE TABLE "{s}".all_types (
@@ -280,10 +281,39 @@ def test_table_registered_after_the_connector_runs_is_filled(env):
     assert assert_equal(env.dsn, s, "late", env.catalog, f"{s}.late", ("id",)) == 290
 
 
+def test_a_backlog_is_taken_in_batches_sized_from_the_memory_and_the_record_size(env, monkeypatch, capsys):
+    """With no `max_offsets_per_trigger`, a backlog is applied in batches of a size the job
+    sets from its memory and the topic's records: a share of the memory this small comes
+    out at the floor, lowered here to 100 records."""
+    from cdc.config.clients import kafka_access
+    from cdc.jobs import backlog
+    from cdc.register.topics import tail_record_bytes
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".backlog (id int PRIMARY KEY, label text)')
+    env.sql(f'INSERT INTO "{s}".backlog SELECT g, repeat(\'x\', g % 50) FROM generate_series(1, 250) g')
+    name = env.register_table("backlog")
+    assert env.cdc("register", "--table", name) == 0
+    env.wait_captured(env.transaction(f'DELETE FROM "{s}".backlog WHERE id % 10 = 0',
+                                      f'UPDATE "{s}".backlog SET label = \'changed\' WHERE id % 4 = 1'))
+    topic = f"{env.source}.{s}.backlog"
+    sized = tail_record_bytes(kafka_access(env.settings), topic)
+    newest = len(last_record_value(env, topic))
+    assert 0.5 * newest < sized < 2 * newest  # the mean of the newest records, keys and headers included
+    monkeypatch.setattr(backlog, "BATCH_MEMORY_SHARE", 1e-9)
+    monkeypatch.setattr(backlog, "AUTO_MIN_RECORDS", 100)
+    capsys.readouterr()
+    env.replicate("backlog")
+    assert f"batches of at most 100 records (about {round(sized):,} bytes a record)" in capsys.readouterr().err
+    ends = [parse_offsets(x)[topic][0] for x in env.summaries("backlog") if topic in parse_offsets(x)]
+    records = end_offset(env, topic)
+    assert len(ends) >= records // 100 and all(b - a <= 100 for a, b in zip([0, *ends], ends)), ends
+    assert ends[-1] == records
+    assert assert_equal(env.dsn, s, "backlog", env.catalog, f"{s}.backlog", ("id",)) == 225
+
+
 def last_record_value(env, topic: str) -> bytes:
     from confluent_kafka import Consumer, TopicPartition
-
-    from tests.conftest import end_offset
 
     consumer = Consumer({"bootstrap.servers": env.settings.kafka_bootstrap, "group.id": "cdc-tests",
                          "enable.auto.commit": False})
@@ -433,8 +463,6 @@ def test_bad_records_are_set_aside_and_every_valid_change_applies(env):
 
     from cdc.config import load_tables
     from cdc.report.status import status
-    from tests.conftest import end_offset
-
     s = env.schema
     env.sql(f'CREATE TABLE "{s}".lettered (id int PRIMARY KEY, v text, n numeric(10,2))')
     name = env.register_table("lettered")
