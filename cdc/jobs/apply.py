@@ -393,7 +393,7 @@ class TableApplier:
         """The batch's changes (or, `final` false, those before one of its truncates) in one
         commit; only the final commit carries the batch's offsets and identity. `buckets`: see
         merge_sql."""
-        remembered = self._remembered_deletes(spark)
+        remembered = self._remembered_deletes(spark, events)
         moved = None
         if toast and unchanged.needs_resolution(stats):
             with self.timer.step("key changes"):
@@ -502,12 +502,18 @@ class TableApplier:
         if open_table(spark, self.deletes_ref).written():
             spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
 
-    def _remembered_deletes(self, spark) -> DataFrame | None:
-        """The delete memory as of its current version, as it was before this batch's insert
-        (which the MERGE follows); None for a memory never written to (an Iceberg table
-        without a snapshot), which is not read at all."""
+    def _remembered_deletes(self, spark, events: DataFrame) -> DataFrame | None:
+        """The delete memory's entries for the keys of the batch's `events`, as of its
+        current version, as it was before this batch's insert (which the MERGE follows);
+        None for a memory never written to (an Iceberg table without a snapshot), which is
+        not read at all. Only the batch's keys are aggregated (Spark pushes the semi join
+        below the aggregate), so a batch costs its changes, not the memory's size."""
         version = open_table(spark, self.deletes_ref).version()
-        return None if version is None else spark.sql(remembered_deletes_sql(self.deletes_ref, self.key, version))
+        if version is None:
+            return None
+        keys = events.select(*[F.col(q(k)).alias(f"_deleted_{i}") for i, k in enumerate(self.key)])
+        return spark.sql(remembered_deletes_sql(self.deletes_ref, self.key, version)).join(
+            keys, [f"_deleted_{i}" for i in range(len(self.key))], "left_semi")
 
     def _remembered(self, changes: DataFrame, remembered: DataFrame | None) -> DataFrame:
         """`changes` with the newest remembered delete position of each key (`_deleted_position`)."""
