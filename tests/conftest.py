@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def pytest_addoption(parser):
     parser.addoption("--soak", type=int, default=0, metavar="SECONDS",
                      help="chaos tier: run the randomized workload this long (default: a short CI run)")
-    parser.addoption("--diff-rounds", type=int, default=2, metavar="N",
+    parser.addoption("--diff-rounds", type=int, default=1, metavar="N",
                      help="chaos tier: rounds of the differential test's workload (default: a short CI run)")
 
 
