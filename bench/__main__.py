@@ -20,6 +20,10 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
   `cdc_vs_delta_merge` and `cdc_vs_pyiceberg_upsert` (time ratios, ours over theirs).
 - read: read time after a long run of small batches, without and with `cdc maintain`.
 - bootstrap: `bootstrap_jdbc_rows_per_s`, `bootstrap_debezium_rows_per_s`, their ratio.
+- backlog: `backlog_events_per_s` (a long outage's backlog, 5M changes or 500k with --quick,
+  caught up with the default batch sizing), `backlog_vs_append_limit`, `backlog_batches`,
+  `backlog_peak_rss_mb` (the driver JVM's peak resident memory meanwhile);
+  `backlog_5m_events_per_s` at full size.
 - freshness: `freshness_p50_s`, `freshness_p95_s` (source commit to visible in Iceberg) at
   `freshness_rate_events_per_s` through the real connector.
 
@@ -36,7 +40,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import apply, bootstrap, chart, freshness, maintenance, peers
+from bench import apply, backlog, bootstrap, chart, freshness, maintenance, peers
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
 from cdc.jobs.runner import run
@@ -46,12 +50,12 @@ from cdc.stack.manager import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("apply", "peers", "read", "bootstrap", "freshness")
+SECTIONS = ("apply", "peers", "read", "bootstrap", "backlog", "freshness")
 SIZES = {
     "quick": {"small": 100_000, "big": 1_000_000, "changes": 100_000, "read_rows": 100_000, "read_batches": 40,
-              "read_batch_events": 2_500, "bootstrap_rows": 200_000, "freshness_rate": 2_000, "freshness_s": 60},
+              "read_batch_events": 2_500, "bootstrap_rows": 200_000, "backlog": 500_000, "freshness_rate": 2_000, "freshness_s": 60},
     "full": {"small": 1_000_000, "big": 10_000_000, "changes": 500_000, "read_rows": 1_000_000, "read_batches": 100,
-             "read_batch_events": 5_000, "bootstrap_rows": 1_000_000, "freshness_rate": 2_000, "freshness_s": 180},
+             "read_batch_events": 5_000, "bootstrap_rows": 1_000_000, "backlog": 5_000_000, "freshness_rate": 2_000, "freshness_s": 180},
 }
 
 
@@ -124,6 +128,9 @@ def main() -> int:
                                           sizes["read_batches"], sizes["read_batch_events"])
         elif section == "bootstrap":
             figures = bootstrap.measure(spark, settings, sizes["bootstrap_rows"])
+        elif section == "backlog":
+            figures = backlog.measure(spark, settings, catalog, template, key_doc, value_doc, sizes,
+                                      results.get("append_limit_events_per_s"))
         else:
             figures = freshness.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"])
         results.update(figures)

@@ -31,12 +31,13 @@ def append_limit(spark, settings, reg) -> None:
 
 
 def _append_limit_s(spark, settings, catalog, template, topic: str, rows: int) -> float:
-    limit = registration(settings, "append_limit")
+    limit = registration(settings, "append_limit", **ONE_BATCH)
     fill(spark, settings, catalog, limit, template, rows, topic=topic)
     return timed(lambda: append_limit(spark.newSession(), settings, limit))
 
 
 SMALL_BATCH = 1_000  # changes in the batch whose fixed cost is measured
+ONE_BATCH = {"max_offsets_per_trigger": 2 ** 31 - 1}  # a backlog measured as one batch, whatever the automatic cap
 
 
 def _small_batch(settings, reg, topic: str, key_doc, value_doc, rows: int, after: int) -> dict:
@@ -58,7 +59,7 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     `apply_vs_limit`, and the same change batch merged into a table of `small` and of `big` rows. Also returns what the
     peers need: the small table's registration and topic, the whole batch's time and that of its apply steps."""
     n = sizes["changes"]
-    small = registration(settings, "small")
+    small = registration(settings, "small", **ONE_BATCH)
     topic = fill(spark, settings, catalog, small, template, sizes["small"])
     produce(settings, topic, changes(Events(key_doc, value_doc), sizes["small"], n))
     apply_s = timed(lambda: run(settings, [small], available_now=True))
@@ -68,13 +69,13 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     print(f"append limit: {n:,} events in {limit_s:.1f}s, {n / limit_s:,.0f} events/s (the better of two runs)",
           flush=True)
 
-    big = registration(settings, "big")
+    big = registration(settings, "big", **ONE_BATCH)
     big_topic = fill(spark, settings, catalog, big, template, sizes["big"])
     produce(settings, big_topic, changes(Events(key_doc, value_doc), sizes["small"], n))
     big_s = timed(lambda: run(settings, [big], available_now=True))
     small_batch = _small_batch(settings, big, big_topic, key_doc, value_doc, sizes["big"], after=n)
     # The small table again, now that the JVM is as warm as for the big one.
-    again = registration(settings, "small_again")
+    again = registration(settings, "small_again", **ONE_BATCH)
     again_topic = fill(spark, settings, catalog, again, template, sizes["small"])
     produce(settings, again_topic, changes(Events(key_doc, value_doc), sizes["small"], n))
     small_s = timed(lambda: run(settings, [again], available_now=True))

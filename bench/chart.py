@@ -12,6 +12,7 @@ GOALS = (
     ("freshness_p95_s", 10.0, False, "freshness p95 (s)"),
     ("bootstrap_jdbc_vs_debezium", 3.0, True, "bootstrap rate: JDBC / Debezium"),
     ("small_batch_s", 1.0, False, "a batch of 1,000 changes (s)"),
+    ("backlog_vs_append_limit", 0.8, True, "backlog caught up / append limit"),
 )
 
 

@@ -261,6 +261,8 @@ def read_lag(settings: Settings, reg: TableRegistration) -> tuple[int, int] | No
         ends = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
     except CdcError:
         return None
+    if not ends:  # the topic is not there (yet): the job's own check names it
+        return None
     done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
     metrics.record_lag(reg.name, ends, done)
     return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items()), sum(done.values())
