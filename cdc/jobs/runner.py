@@ -270,8 +270,8 @@ def read_lag(settings: Settings, reg: TableRegistration) -> tuple[int, int] | No
 
 def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
     """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag (with a
-    progress line while it is far behind) and each source's capture, off the supervisor's loop (a Kafka or Connect outage stalls only
-    this thread)."""
+    progress line while it is far behind) and each source's capture, off the supervisor's
+    loop (a Kafka or Connect outage stalls only this thread)."""
     capturing: dict[str, bool] = {}
     reachable = {"kafka": True}
     catchups = {reg.name: CatchUp(reg.name) for reg in tables}
