@@ -10,7 +10,8 @@ from cdc.control import commits
 from cdc.jobs.runner import run
 
 
-def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict, limit_events_per_s: int | None) -> dict:
+def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict,
+            limit_events_per_s: int | None) -> dict:
     n, rows = sizes["backlog"], sizes["small"]
     reg = registration(settings, "backlog")  # no max_offsets_per_trigger: the job sizes its batches
     topic = fill(spark, settings, catalog, reg, template, rows)
