@@ -506,14 +506,18 @@ class TableApplier:
         """The delete memory's entries for the keys of the batch's `events`, as of its
         current version, as it was before this batch's insert (which the MERGE follows);
         None for a memory never written to (an Iceberg table without a snapshot), which is
-        not read at all. Only the batch's keys are aggregated (Spark pushes the semi join
-        below the aggregate), so a batch costs its changes, not the memory's size."""
-        version = open_table(spark, self.deletes_ref).version()
+        not read at all. A memory past `buckets_from_bytes` aggregates only the batch's keys
+        (Spark pushes the semi join below the aggregate), so a batch costs its changes, not
+        the memory's size; a smaller one is read whole, which spares the semi join's job."""
+        memory = open_table(spark, self.deletes_ref)
+        version = memory.version()
         if version is None:
             return None
+        remembered = spark.sql(remembered_deletes_sql(self.deletes_ref, self.key, version))
+        if memory.stored_bytes() < self.buckets_from_bytes:
+            return remembered
         keys = events.select(*[F.col(q(k)).alias(f"_deleted_{i}") for i, k in enumerate(self.key)])
-        return spark.sql(remembered_deletes_sql(self.deletes_ref, self.key, version)).join(
-            keys, [f"_deleted_{i}" for i in range(len(self.key))], "left_semi")
+        return remembered.join(keys, [f"_deleted_{i}" for i in range(len(self.key))], "left_semi")
 
     def _remembered(self, changes: DataFrame, remembered: DataFrame | None) -> DataFrame:
         """`changes` with the newest remembered delete position of each key (`_deleted_position`)."""
@@ -551,6 +555,7 @@ class TableApplier:
             statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast, mode=self.mode,
                                   buckets=buckets)
         stamp = table.stamped(props, self._txn(batch_id)) if props is not None else nullcontext()
-        with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), stamp:
+        spread = table.undistributed() if buckets is not None else nullcontext()  # a small batch
+        with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), stamp, spread:
             run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
         return before

@@ -8,7 +8,7 @@ each other."""
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from pyspark.sql import functions as F
 
@@ -98,6 +98,21 @@ class IcebergTarget:
         return iceberg_spark.last_committed_summary(self.table)
 
     @contextmanager
+    def undistributed(self):
+        """The writes in this block keep each task's rows where they are, without first
+        shuffling them by partition: a small batch's MERGE is spared the shuffle's stages.
+        Two tasks may then each write a deletion vector for one data file, which a commit
+        merges from Iceberg 1.10.2 on; an older runtime keeps the table's distribution."""
+        if iceberg_spark.version(self.spark) < iceberg_spark.MERGES_DUPLICATE_DVS:
+            yield
+            return
+        self.spark.conf.set(iceberg_spark.DISTRIBUTION_MODE, "none")
+        try:
+            yield
+        finally:
+            self.spark.conf.unset(iceberg_spark.DISTRIBUTION_MODE)
+
+    @contextmanager
     def stamped(self, props: dict[str, str], txn: tuple[str, int] | None):
         """The commits in this block carry `props` in their snapshot summary (which holds the
         batch id: `txn` is Delta's)."""
@@ -170,6 +185,10 @@ class DeltaTarget:
 
     def has_column(self, name: str) -> bool:
         return name in list(self._snapshot.schema().fieldNames())
+
+    def undistributed(self):
+        """Delta's MERGE has no write distribution to spare."""
+        return nullcontext()
 
     def version(self) -> int:
         return self._snapshot.version()

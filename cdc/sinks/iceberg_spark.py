@@ -10,6 +10,17 @@ def load_table(spark, ref: str):
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, ref)
 
 
+DISTRIBUTION_MODE = "spark.sql.iceberg.distribution-mode"  # a session's, over the table's write.*.distribution-mode
+MERGES_DUPLICATE_DVS = (1, 10, 2)  # from this Iceberg release on, a commit merges two deletion vectors of one file
+
+
+def version(spark) -> tuple[int, ...]:
+    """The Iceberg runtime's release, as numbers ((0,) when it does not say)."""
+    text = str(spark._jvm.org.apache.iceberg.IcebergBuild.version())
+    parts = [int(p) for p in text.split("-")[0].split(".") if p.isdigit()]
+    return tuple(parts) or (0,)
+
+
 def format_version(table) -> int:
     return table.operations().current().formatVersion()
 

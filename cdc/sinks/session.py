@@ -73,6 +73,9 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
         # The masking key's pads are binary literals in the plans of masked columns
         # (planning/protect.py): EXPLAIN, the SQL UI and event logs show them redacted.
         "spark.sql.redaction.string.regex": "(?i)(0x|x')[0-9a-f]{128}",
+        # Without the Python call site kept for every Column function (a few py4j round
+        # trips each), a batch's decode plan is built with a third of the round trips.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # What the driver keeps of finished queries, jobs and stages, UI or not: a job that

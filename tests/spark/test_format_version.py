@@ -63,3 +63,27 @@ def test_properties_of_a_version_3_target_are_set_through_spark(scratch, setting
     at_scratch = settings.model_copy(update={"catalog": settings.catalog.model_copy(update={"name": "scratch"})})
     mark_snapshotted(catalog, h.reg, "debezium", at_scratch)
     assert catalog.load_table(h.ident).properties[PROP_SNAPSHOT] == "debezium"
+
+
+def test_a_small_batch_written_without_a_shuffle_keeps_one_deletion_vector_per_data_file(scratch, table_name):
+    """A small batch's MERGE keeps each task's rows where they are (`undistributed`). With
+    the join shuffled, several tasks write a vector for one data file: the commit merges
+    them, so each data file still has one, and the rows are right."""
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)  # buckets_from_bytes=0: every MERGE is a small batch's
+    keys = 400
+    for i in range(keys):
+        h.topic.change("c", {"id": i, "v": "new", "n": i}, 100, 100 + i)
+    h.apply()
+    for i in range(0, keys, 2):
+        h.topic.change("u", {"id": i, "v": "updated", "n": i}, 1000, 1000 + i)
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # the join shuffles the target's rows
+    try:
+        h.apply()
+    finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    assert h.values() == {i: "updated" if i % 2 == 0 else "new" for i in range(keys)}
+    referenced = [r[0] for r in spark.sql(f"SELECT referenced_data_file FROM {h.applier.target_ref}.delete_files")
+                  .collect()]
+    assert referenced and len(referenced) == len(set(referenced))
+    assert spark.conf.get(iceberg_spark.DISTRIBUTION_MODE, None) is None  # set for the MERGE alone
