@@ -26,6 +26,9 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
   `backlog_5m_events_per_s` at full size.
 - freshness: `freshness_p50_s`, `freshness_p95_s` (source commit to visible in Iceberg) at
   `freshness_rate_events_per_s` through the real connector.
+- tables: one continuous `cdc run` over 100 tables with Zipf-like change rates adding up to
+  2,000 events/s: `tables_100_start_s`, `tables_100_idle_cpu_share` (all quiet),
+  `tables_100_freshness_p95_s`, `tables_100_worst_table_p95_s`, `tables_100_cpu_share`.
 
 Writes bench/results/latest.json and bench/results/latest.png.
 """
@@ -40,7 +43,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import apply, backlog, bootstrap, chart, freshness, maintenance, peers
+from bench import apply, backlog, bootstrap, chart, freshness, maintenance, peers, tables
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
 from cdc.jobs.runner import run
@@ -50,12 +53,14 @@ from cdc.stack.manager import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("apply", "peers", "read", "bootstrap", "backlog", "freshness")
+SECTIONS = ("apply", "peers", "read", "bootstrap", "backlog", "freshness", "tables")
 SIZES = {
     "quick": {"small": 100_000, "big": 1_000_000, "changes": 100_000, "read_rows": 100_000, "read_batches": 40,
-              "read_batch_events": 2_500, "bootstrap_rows": 200_000, "backlog": 500_000, "freshness_rate": 2_000, "freshness_s": 60},
+              "read_batch_events": 2_500, "bootstrap_rows": 200_000, "backlog": 500_000, "freshness_rate": 2_000, "freshness_s": 60,
+              "tables": 100, "tables_rate": 2_000, "tables_s": 60},
     "full": {"small": 1_000_000, "big": 10_000_000, "changes": 500_000, "read_rows": 1_000_000, "read_batches": 100,
-             "read_batch_events": 5_000, "bootstrap_rows": 1_000_000, "backlog": 5_000_000, "freshness_rate": 2_000, "freshness_s": 180},
+             "read_batch_events": 5_000, "bootstrap_rows": 1_000_000, "backlog": 5_000_000, "freshness_rate": 2_000, "freshness_s": 180,
+             "tables": 100, "tables_rate": 2_000, "tables_s": 180},
 }
 
 
@@ -131,8 +136,10 @@ def main() -> int:
         elif section == "backlog":
             figures = backlog.measure(spark, settings, catalog, template, key_doc, value_doc, sizes,
                                       results.get("append_limit_events_per_s"))
-        else:
+        elif section == "freshness":
             figures = freshness.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"])
+        else:
+            figures = tables.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
         results.update(figures)
         ran[section] = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit}
         RESULTS.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.workload import Events, changes, fill, produce, registration, timed
+from bench.workload import Events, changes, fill, jvm_pid, produce, registration, timed
 from cdc.control import commits
 from cdc.jobs.runner import run
 
@@ -16,7 +16,7 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict,
     reg = registration(settings, "backlog")  # no max_offsets_per_trigger: the job sizes its batches
     topic = fill(spark, settings, catalog, reg, template, rows)
     produced = produce(settings, topic, changes(Events(key_doc, value_doc), rows, n, seed=11))
-    jvm = _jvm_pid(spark)
+    jvm = jvm_pid(spark)
     _reset_peak(jvm)
     seconds = timed(lambda: run(settings, [reg], available_now=True))
     peak_mb = _peak_mb(jvm)
@@ -32,10 +32,6 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict,
     if produced >= 5_000_000:
         figures["backlog_5m_events_per_s"] = rate
     return figures
-
-
-def _jvm_pid(spark) -> int:
-    return int(spark._jvm.java.lang.ProcessHandle.current().pid())
 
 
 def _reset_peak(pid: int) -> None:

@@ -112,7 +112,7 @@ def latencies(settings, topic: str, start: dict[int, int], snapshots, since_ms: 
             print(f"freshness: {left:,} offsets of {topic} not read within {timeout_s:.0f}s; measured without them",
                   flush=True)
             break
-        for msg in consumer.consume(10_000, timeout=5):
+        for msg in consumer.consume(min(10_000, left), timeout=5):
             left -= 1
             if msg.error() or msg.value() is None:
                 continue

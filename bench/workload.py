@@ -172,6 +172,11 @@ def drop_target(settings, catalog, reg: TableRegistration) -> None:
     shutil.rmtree(settings.path(settings.spark.checkpoint_dir) / reg.name, ignore_errors=True)
 
 
+def jvm_pid(spark) -> int:
+    """The process id of the driver's JVM."""
+    return int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+
 def timed(fn) -> float:
     started = time.monotonic()
     fn()

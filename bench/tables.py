@@ -1,0 +1,159 @@
+"""The many-tables section: one continuous `cdc run` over a hundred registered tables whose
+change rates follow a Zipf law (a few busy, most quiet) adding up to a total rate.
+
+Figures: `tables_100_start_s` (from the job's start until every table has applied its
+first change), `tables_100_idle_cpu_share` (the CPU the job's driver, Python and JVM,
+uses while every table is quiet, over all the machine's cores),
+`tables_100_freshness_p50_s`/`_p95_s` (every change event of every table, source time to
+the commit that made it visible), `tables_100_worst_table_p95_s` (the p95 of the table
+worst served, so a busy table starving the others shows) and `tables_100_cpu_share` under
+load."""
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from bench.freshness import commit_times, latencies
+from bench.workload import Events, changes, fill, jvm_pid, registration
+from cdc.config.clients import kafka_access
+from cdc.control import commits
+from cdc.jobs.runner import run
+from cdc.register.topics import watermarks
+from cdc.sinks.found import last_committed
+
+TICK_S = 0.1
+ZIPF_S = 1.5  # table i (from 1) gets a share of the rate proportional to 1 / i**ZIPF_S
+ROWS = 1_000  # rows of each target
+IDLE_S = 30
+
+
+def rates(tables: int, total: float) -> list[float]:
+    """Each table's change events a second."""
+    weights = [1 / (i + 1) ** ZIPF_S for i in range(tables)]
+    return [total * w / sum(weights) for w in weights]
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time of this Python process and of the driver's JVM (`pid`) so far."""
+    mine = os.times()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return mine.user + mine.system + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Load(threading.Thread):
+    """Drives the job: a first change per table (start-up), a quiet spell (idle CPU), then
+    `seconds` of changes at `rates`; waits until every table has applied them and stops the
+    job with SIGTERM."""
+
+    def __init__(self, settings, catalog, regs, topics: list[str], streams, rates_per_s: list[float], seconds: float,
+                 jvm: int):
+        super().__init__(daemon=True)
+        self.settings, self.catalog, self.regs, self.topics = settings, catalog, regs, topics
+        self.streams, self.rates, self.seconds, self.jvm = streams, rates_per_s, seconds, jvm
+        self.producer = Producer(kafka_access(settings).client(**{"linger.ms": 5}))
+        self.figures: dict = {}
+        self.offsets: dict[str, dict[int, int]] = {}  # each topic's end before the load
+        self.started = self.ended = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._drive()
+        except BaseException as e:  # noqa: BLE001 - reported by the benchmark after the job stops
+            self.error = e
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _drive(self) -> None:
+        begun = time.monotonic()
+        self._wait_applied()
+        self.figures["tables_100_start_s"] = round(time.monotonic() - begun, 1)
+        print(f"tables: every table applied its first change {self.figures['tables_100_start_s']}s after the start",
+              flush=True)
+        time.sleep(5)  # the last batches' commits settle
+        cpu, wall = cpu_seconds(self.jvm), time.monotonic()
+        time.sleep(IDLE_S)
+        self.figures["tables_100_idle_cpu_share"] = round(
+            (cpu_seconds(self.jvm) - cpu) / ((time.monotonic() - wall) * os.cpu_count()), 3)
+        self.offsets = {t: {p: hi for p, (_, hi) in watermarks(kafka_access(self.settings), t).items()}
+                      for t in self.topics}
+        cpu, wall = cpu_seconds(self.jvm), time.monotonic()
+        self._write()
+        self.figures["tables_100_cpu_share"] = round(
+            (cpu_seconds(self.jvm) - cpu) / ((time.monotonic() - wall) * os.cpu_count()), 3)
+        self._wait_applied()
+
+    def _write(self) -> None:
+        owed = [0.0] * len(self.topics)
+        self.started, tick = time.time(), 0
+        while time.time() - self.started < self.seconds:
+            for i, topic in enumerate(self.topics):
+                owed[i] += self.rates[i] * TICK_S
+                while owed[i] >= 1:
+                    key, value = next(self.streams[i])
+                    self.producer.produce(topic, key=key, value=value)
+                    owed[i] -= 1
+            self.producer.poll(0)
+            tick += 1
+            time.sleep(max(0.0, self.started + tick * TICK_S - time.time()))
+        self.ended = time.time()
+        if self.producer.flush(60):
+            raise RuntimeError("could not deliver every change event")
+
+    def _wait_applied(self, timeout_s: float = 900) -> None:
+        self.producer.flush(60)
+        ends = {t: {p: hi for p, (_, hi) in watermarks(kafka_access(self.settings), t).items()} for t in self.topics}
+        left = dict(zip(self.topics, self.regs))
+        deadline = time.monotonic() + timeout_s
+        while left and time.monotonic() < deadline:
+            for topic, reg in list(left.items()):
+                done = commits.parse_offsets(last_committed(self.catalog.load_table(reg.target))).get(topic, {})
+                if all(done.get(p, 0) >= o for p, o in ends[topic].items()):
+                    del left[topic]
+            time.sleep(0.5)
+        if left:
+            raise TimeoutError(f"{len(left)} table(s) did not apply their changes within {timeout_s}s")
+
+
+def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict) -> dict:
+    n, total, seconds = sizes["tables"], sizes["tables_rate"], sizes["tables_s"]
+    regs = [registration(settings, f"many_{i:03d}") for i in range(n)]
+    topics = [fill(spark, settings, catalog, reg, template, ROWS) for reg in regs]
+    streams = [iter(changes(Events(key_doc, value_doc), ROWS, 1 << 40, seed=i)) for i in range(n)]
+    load = Load(settings, catalog, regs, topics, streams, rates(n, total), seconds, jvm_pid(spark))
+    for topic, stream in zip(topics, streams):  # the first change of each table
+        key, value = next(stream)
+        load.producer.produce(topic, key=key, value=value)
+    load.start()
+    run(settings, regs, available_now=False)
+    load.join()
+    if load.error is not None:
+        raise load.error
+    since_ms = (load.started + min(10.0, seconds / 5)) * 1000
+    per_table = []
+    for reg, topic in zip(regs, topics):
+        values = latencies(settings, topic, load.offsets[topic], commit_times(catalog, reg, topic), since_ms)
+        if values:
+            per_table.append(sorted(values))
+    every = sorted(v for values in per_table for v in values)
+    p = statistics.quantiles(every, n=100)
+    worst = max(_p95(values) for values in per_table)
+    measured = load.ended - since_ms / 1000
+    cpu = load.figures
+    print(f"tables: {n} tables, {len(every):,} events at {len(every) / measured:,.0f}/s: p50 {p[49]:.2f}s, "
+          f"p95 {p[94]:.2f}s, worst table's p95 {worst:.2f}s; CPU idle {cpu['tables_100_idle_cpu_share']:.1%}, "
+          f"under load {cpu['tables_100_cpu_share']:.1%}", flush=True)
+    return {**load.figures, "tables_100_freshness_p50_s": round(p[49], 2),
+            "tables_100_freshness_p95_s": round(p[94], 2),
+            "tables_100_worst_table_p95_s": round(worst, 2),
+            "tables_100_rate_events_per_s": round(len(every) / measured), "tables_count": n}
+
+
+def _p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[94] if len(values) > 1 else values[0]
