@@ -8,7 +8,7 @@ CDC := $(VENV)/bin/cdc
 JARS := .cache/jars
 MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS)
 
-.PHONY: setup run test test-unit test-spark test-integration differential smoke bench bench-quick stack-up stack-down docs clean
+.PHONY: setup run test test-unit test-spark test-integration differential smoke bench bench-quick bench-peers stack-up stack-down docs clean
 
 setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
 
@@ -61,6 +61,11 @@ bench: stack-up
 
 bench-quick: stack-up
 	$(PY) -m bench --quick
+
+# Peer systems (delta-rs, Apache Hudi) end to end on the same Debezium topic, each in its own
+# virtualenv under .cache/peers/ (bench/systems/README.md).
+bench-peers: stack-up
+	$(PY) -m bench.systems --quick
 
 smoke: stack-up
 	$(PY) ../shared/checks/contract_smoke.py

@@ -1,0 +1,180 @@
+"""Peer systems end to end on the same Debezium topic, checked row for row.
+
+    .venv/bin/python -m bench.systems --quick      (make bench-peers: 200,000 events over 50,000 keys)
+    .venv/bin/python -m bench.systems              (1,000,000 events over 250,000 keys)
+    .venv/bin/python -m bench.systems --events 20000 --keys 5000 --only deltars
+
+One backlog topic in the recorded Debezium JSON shape (several changes per key, deletes
+then re-inserts, updates whose `v` is the unavailable-value placeholder); the truth
+computed from its events in offset order; each peer (delta-rs; Apache Hudi, its table made
+by the first batch or, as `hudi_precreated`, by an empty commit before it) run in its own
+virtualenv from the earliest offset to a committed table, and cdc itself on the same topic;
+each result read back and compared with the truth. Merges its figures into
+bench/results/latest.json."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.systems import peers, workload
+from bench.systems.check import compare
+from bench.workload import Events, bench_settings, produce, record_template, registration
+from cdc.config import load_settings
+from cdc.config.clients import kafka_access
+from cdc.register.connector import topic_for
+from cdc.register.topics import ensure_topics, watermarks
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+SIZES = {"quick": {"events": 200_000, "keys": 50_000}, "full": {"events": 1_000_000, "keys": 250_000}}
+SYSTEMS = ("cdc",) + peers.PEERS
+
+
+def recorded(settings) -> tuple[dict, dict]:
+    """The recorded update event the benchmark's backlogs are made of: the last event of
+    `bench.recorded`'s topic when `python -m bench` left one, else recorded anew."""
+    reg = registration(settings, "recorded")
+    topic = topic_for(reg.source.name, reg)
+    low, high = watermarks(kafka_access(settings), topic).get(0, (0, 0))
+    if high > low:
+        consumer = Consumer(kafka_access(settings).client(**{"group.id": "cdc-bench-systems",
+                                                             "enable.auto.commit": False}))
+        consumer.assign([TopicPartition(topic, 0, high - 1)])
+        msg = consumer.poll(30)
+        consumer.close()
+        if msg is not None and not msg.error() and msg.value():
+            key, value = json.loads(msg.key()), json.loads(msg.value())
+            if value["payload"]["op"] == "u":
+                return key, value
+    return record_template(settings)
+
+
+def backlog(settings, key_doc, value_doc, events: int, keys: int, seed: int) -> tuple[str, int]:
+    """The topic holding the backlog (produced unless an earlier run left it whole) and its end offset."""
+    topic = f"bench.systems_backlog_{events}_{keys}_{seed}"
+    ensure_topics(kafka_access(settings), [topic], settings.kafka)
+    low, high = watermarks(kafka_access(settings), topic)[0]
+    if (low, high) == (0, events):
+        print(f"backlog: {topic} already holds {events:,} events", flush=True)
+        return topic, high
+    if high:
+        raise RuntimeError(f"{topic} holds offsets {low} to {high}, not the {events:,} events of this workload: "
+                           f"delete the topic, or choose another --seed")
+    ev = Events(key_doc, value_doc)
+    started = time.monotonic()
+    produce(settings, topic, (ev.make(c.op, c.id, c.v) for c in workload.changes(keys, events, seed)))
+    print(f"backlog: {events:,} events into {topic} in {time.monotonic() - started:.1f}s", flush=True)
+    return topic, watermarks(kafka_access(settings), topic)[0][1]
+
+
+def run_cdc(settings, topic: str, events: int, expected: dict) -> peers.Run:
+    """cdc itself on the same topic: `run(..., available_now=True)` into an empty Iceberg
+    target. Its start-up is the Spark session's start and the target's creation."""
+    from bench.workload import fill
+    from cdc.jobs.runner import run
+    from cdc.sinks.catalog import load_catalog
+    from cdc.sinks.session import get_session
+
+    began = time.time()
+    catalog = load_catalog(settings)
+    reg = registration(settings, "systems_cdc")
+    fill(get_session(settings, app_name="cdc-bench-systems"), settings, catalog, reg,
+         registration(settings, "recorded"), rows=0, topic=topic)
+    ready = time.time()
+    run(settings, [reg], available_now=True)
+    committed = time.time()
+    result = catalog.load_table(reg.target).scan(selected_fields=("id", "v", "n")).to_arrow().to_pydict()
+    check = compare(expected, zip(result["id"], result["v"], result["n"]))
+    return peers.Run("cdc", events, committed - began, ready - began, check, {})
+
+
+def figures(runs: list[peers.Run], previous: dict, sizes: dict, stats: dict) -> dict:
+    out = {"systems_sizes": {**sizes, **stats}}
+    for r in runs:
+        out.update(r.figures())
+    cdc = next((r for r in runs if r.name == "cdc"), None)
+    ours = cdc.events_per_s if cdc else previous.get("apply_events_per_s")
+    for r in runs:
+        if r.name != "cdc" and ours:
+            out[f"cdc_vs_{r.name}_events_per_s"] = round(ours / r.events_per_s, 3)
+    return out
+
+
+def merge_results(update: dict) -> None:
+    current = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    current.update(update)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    current.setdefault("sections", {})["systems"] = {
+        "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(current, indent=2) + "\n")
+    tmp.replace(RESULTS)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.systems", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200,000 events over 50,000 keys")
+    parser.add_argument("--events", type=int, help="events in the backlog (overrides the size)")
+    parser.add_argument("--keys", type=int, help="keys the backlog changes (overrides the size)")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--only", help=f"comma-separated systems of {', '.join(SYSTEMS)} (default: all)")
+    parser.add_argument("--batch", type=int, default=100_000, help="records per peer batch (commit)")
+    parser.add_argument("--hudi-table-type", default="COPY_ON_WRITE", choices=["COPY_ON_WRITE", "MERGE_ON_READ"])
+    parser.add_argument("--no-results", action="store_true", help="print the figures without merging them into "
+                                                                   "bench/results/latest.json")
+    parser.add_argument("--config", default=str(ROOT / "cdc.yaml"))
+    args = parser.parse_args()
+    only = SYSTEMS if not args.only else tuple(s.strip() for s in args.only.split(","))
+    if unknown := [s for s in only if s not in SYSTEMS]:
+        parser.error(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+    sizes = dict(SIZES["quick" if args.quick else "full"])
+    sizes.update({k: v for k, v in (("events", args.events), ("keys", args.keys)) if v})
+    base = load_settings(args.config)
+    work = base.state_dir / "bench" / "systems"
+    settings = bench_settings(base, work)
+
+    key_doc, value_doc = recorded(settings)
+    changes = list(workload.changes(sizes["keys"], sizes["events"], args.seed))
+    expected, stats = workload.truth(changes), workload.stats(changes)
+    print(f"workload: {stats}; {len(expected):,} rows expected", flush=True)
+    topic, end = backlog(settings, key_doc, value_doc, sizes["events"], sizes["keys"], args.seed)
+
+    runs, failed = [], {}
+    for name in only:
+        print(f"== {name}", flush=True)
+        try:
+            if name == "cdc":
+                r = run_cdc(settings, topic, end, expected)
+            else:
+                r = peers.run(name, settings, topic, end, expected, work, args.batch, args.hudi_table_type)
+        except Exception as e:  # one system's failure is reported, the others still run
+            failed[name] = f"{type(e).__name__}: {e}"
+            print(f"{name} failed: {failed[name]}", flush=True)
+            continue
+        runs.append(r)
+        print(f"{name}: {r.events:,} events, job {r.job_s:.1f}s (start-up {r.startup_s:.1f}s), "
+              f"{r.events_per_s:,.0f} events/s after start-up; "
+              f"{'correct' if r.check['correct'] else 'WRONG: ' + r.check['wrong']} {r.detail or ''}", flush=True)
+
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    update = figures(runs, previous, sizes, stats)
+    update.update({f"peer_{name}_failed": reason for name, reason in failed.items()})
+    # kept apart too: a `python -m bench` run started earlier rewrites latest.json without them
+    (work / f"figures-{sizes['events']}.json").write_text(json.dumps(update, indent=2) + "\n")
+    if not args.no_results:
+        merge_results(update)
+    print(json.dumps(update, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

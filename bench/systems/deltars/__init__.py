@@ -1,0 +1,1 @@
+"""The delta-rs peer (runs in its own virtualenv, .cache/peers/deltars/)."""

@@ -1,0 +1,88 @@
+"""delta-rs as its documentation writes an upsert: a confluent-kafka consumer reads the
+topic in batches of `--batch` records, flattens the Debezium envelope (`after`, or `before` for a delete), keeps
+the last change per key by offset, and `DeltaTable.merge` applies it: matched and a delete,
+delete; matched, update all; not matched and not a delete, insert all.
+
+    python job.py --bootstrap HOST:PORT --topic T --table DIR --out result.parquet
+
+Prints one JSON line: its start, ready (imports done) and committed times, events, batches."""
+import argparse
+import json
+import shutil
+import time
+
+started = time.time()
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from deltalake import DeltaTable, write_deltalake  # noqa: E402
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.string()), ("at", pa.string()),
+                    ("_op", pa.string()), ("_lsn", pa.int64()), ("_offset", pa.int64())])
+
+
+def flatten(offset: int, value: bytes) -> dict | None:
+    payload = json.loads(value)["payload"]
+    op = payload["op"]
+    row = payload["before"] if op == "d" else payload["after"]
+    if row is None:
+        return None
+    return {"id": row["id"], "v": row.get("v"), "n": row.get("n"), "at": row.get("at"), "_op": op,
+            "_lsn": payload["source"].get("lsn"), "_offset": offset}
+
+
+def batches(bootstrap: str, topic: str, size: int):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-systems-deltars",
+                         "enable.auto.commit": False, "fetch.max.bytes": 64 << 20})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    consumer.assign([TopicPartition(topic, 0, low)])
+    position, last, read = low, {}, 0
+    while position < high:
+        for msg in consumer.consume(num_messages=10_000, timeout=5):
+            if msg.error():
+                raise RuntimeError(f"reading {topic}: {msg.error()}")
+            position, read = msg.offset() + 1, read + 1
+            if msg.value() is not None and (row := flatten(msg.offset(), msg.value())) is not None:
+                last[row["id"]] = row  # the last change per key, by offset
+            if read >= size or position >= high:
+                yield pa.Table.from_pylist(list(last.values()), schema=SCHEMA), position - low
+                last, read = {}, 0
+            if position >= high:
+                break
+    consumer.close()
+
+
+def upsert(table: DeltaTable, source: pa.Table) -> dict:
+    return (table.merge(source, predicate="t.id = s.id", source_alias="s", target_alias="t")
+            .when_matched_delete(predicate="s._op = 'd'")
+            .when_matched_update_all()
+            .when_not_matched_insert_all(predicate="s._op <> 'd'")
+            .execute())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--batch", type=int, default=100_000)
+    args = parser.parse_args()
+    ready = time.time()
+    shutil.rmtree(args.table, ignore_errors=True)
+    write_deltalake(args.table, SCHEMA.empty_table())
+    table = DeltaTable(args.table)
+    events = merged = 0
+    for source, events in batches(args.bootstrap, args.topic, args.batch):
+        upsert(table, source)
+        merged += 1
+    committed = time.time()
+    result = DeltaTable(args.table).to_pyarrow_table(columns=["id", "v", "n"])
+    pq.write_table(result, args.out)
+    print(json.dumps({"started": started, "ready": ready, "committed": committed, "events": events,
+                      "batches": merged, "version": DeltaTable(args.table).version()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

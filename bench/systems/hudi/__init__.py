@@ -1,0 +1,1 @@
+"""The Apache Hudi peer (runs in its own virtualenv, .cache/peers/hudi/)."""
