@@ -28,7 +28,7 @@ from cdc.planning.bootstrap import check_not_running
 from cdc.planning.protect import target_mask_key
 from cdc.register.capture import source_capture
 from cdc.register.connector import topic_for
-from cdc.register.topics import existing_topics, offsets_at, tail_record_bytes, topic_id, watermarks
+from cdc.register.topics import end_offsets, existing_topics, offsets_at, tail_record_bytes, topic_id, watermarks
 from cdc.sinks.formats import open_table, shown_name, target_refs
 from cdc.sinks.session import get_session
 from cdc.sinks.targets import PROP_SNAPSHOT, check_owner, check_protection, table_columns
@@ -252,17 +252,20 @@ def _input_rows(progress) -> int:
     return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
 
 
-def read_lag(settings: Settings, reg: TableRegistration) -> tuple[int, int] | None:
-    """The table's lag gauge: Kafka's end offsets against the end of the newest batch its
-    checkpoint marks committed (a lag that cannot be read now is read next time). Returns
-    the records left in all partitions and the sum of the offsets applied (None: unknown now)."""
-    topic = topic_for(reg.source.name, reg)
-    try:
-        ends = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
-    except CdcError:
-        return None
+def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | None = None) -> tuple[int, int] | None:
+    """The table's lag gauge: Kafka's end offsets (`ends`, read now if not given) against
+    the end of the newest batch its checkpoint marks committed (a lag that cannot be read
+    now is read next time). Returns the records left in all partitions and the sum of the
+    offsets applied (None: unknown now)."""
+    if ends is None:
+        topic = topic_for(reg.source.name, reg)
+        try:
+            ends = end_offsets(kafka_access(settings), [topic]).get(topic)
+        except CdcError:
+            return None
     if not ends:  # the topic is not there (yet): the job's own check names it
         return None
+    topic = topic_for(reg.source.name, reg)
     done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
     metrics.record_lag(reg.name, ends, done)
     return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items()), sum(done.values())
@@ -270,15 +273,21 @@ def read_lag(settings: Settings, reg: TableRegistration) -> tuple[int, int] | No
 
 def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
     """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag (with a
-    progress line while it is far behind) and each source's capture, off the supervisor's
-    loop (a Kafka or Connect outage stalls only this thread)."""
+    progress line while it is far behind; the end offsets of all the tables' topics in one
+    request) and each source's capture, off the supervisor's loop (a Kafka or Connect
+    outage stalls only this thread)."""
     capturing: dict[str, bool] = {}
     reachable = {"kafka": True}
     catchups = {reg.name: CatchUp(reg.name) for reg in tables}
+    topics = {reg.name: topic_for(reg.source.name, reg) for reg in tables}
     while True:
         if watch_kafka(settings, reachable):
+            try:
+                ends = end_offsets(kafka_access(settings), sorted(set(topics.values())))
+            except CdcError:
+                ends = {}
             for reg in tables:
-                if (lag := read_lag(settings, reg)) is not None:
+                if (lag := read_lag(settings, reg, ends.get(topics[reg.name], {}))) is not None:
                     catchups[reg.name].seen(*lag)
         for source in sorted({t.source.name for t in tables}):
             watch_capture(settings, source, capturing)

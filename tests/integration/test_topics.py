@@ -6,7 +6,7 @@ import secrets
 from confluent_kafka import Producer
 
 from cdc.config.models import KafkaSettings, TopicSettings
-from cdc.register.topics import ensure_topics, offsets_at, record_times, topic_layout
+from cdc.register.topics import end_offsets, ensure_topics, existing_topics, offsets_at, record_times, topic_layout
 
 
 def test_offsets_at_a_time_find_the_first_record_at_or_after_it(stack, settings):
@@ -24,6 +24,23 @@ def test_offsets_at_a_time_find_the_first_record_at_or_after_it(stack, settings)
     # what `cdc status` reads for a table's age: the time of the oldest record not applied
     assert record_times(bootstrap, topic, {0: 1}) == {0: 2_000_000}
     assert record_times(bootstrap, topic, {0: 3}, timeout_s=5) == {0: None}  # nothing there yet
+
+
+def test_the_end_offsets_of_many_topics_come_in_one_read_and_a_missing_topic_is_not_created(stack, settings):
+    """What a running job's lag gauge reads every few seconds for all its tables."""
+    bootstrap, tag = settings.kafka_bootstrap, secrets.token_hex(3)
+    two = f"it_ends_{tag}_two"
+    ensure_topics(bootstrap, [two, f"it_ends_{tag}_empty"], KafkaSettings(topics=TopicSettings(partitions=2)))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, count in ((0, 3), (1, 1)):
+        for i in range(count):
+            producer.produce(two, value=b"v", partition=partition)
+    producer.flush(30)
+    missing = f"it_ends_{tag}_missing"
+    assert end_offsets(bootstrap, [two, f"it_ends_{tag}_empty", missing]) == {
+        two: {0: 3, 1: 1}, f"it_ends_{tag}_empty": {0: 0, 1: 0}}
+    assert end_offsets(bootstrap, [missing]) == {}
+    assert missing not in existing_topics(bootstrap)
 
 
 def test_topics_are_made_as_configured_and_an_existing_one_is_left_as_it_is(stack, settings):

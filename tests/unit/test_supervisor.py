@@ -82,7 +82,7 @@ def isolated(tmp_path, monkeypatch, outcomes: dict):
         return outcome
 
     monkeypatch.setattr(runner, "start_query", start_query)
-    monkeypatch.setattr(runner, "read_lag", lambda settings, reg: None)
+    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, ends=None: None)
     settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=0))
     tables = [TableRegistration(name=n, source={"name": "pg", "schema": "s", "table": n.split(".")[1]})
               for n in outcomes]
