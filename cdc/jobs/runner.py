@@ -257,15 +257,14 @@ def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | 
     the end of the newest batch its checkpoint marks committed (a lag that cannot be read
     now is read next time). Returns the records left in all partitions and the sum of the
     offsets applied (None: unknown now)."""
+    topic = topic_for(reg.source.name, reg)
     if ends is None:
-        topic = topic_for(reg.source.name, reg)
         try:
             ends = end_offsets(kafka_access(settings), [topic]).get(topic)
         except CdcError:
             return None
     if not ends:  # the topic is not there (yet): the job's own check names it
         return None
-    topic = topic_for(reg.source.name, reg)
     done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
     metrics.record_lag(reg.name, ends, done)
     return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items()), sum(done.values())

@@ -106,11 +106,15 @@ class IcebergTarget:
         if iceberg_spark.version(self.spark) < iceberg_spark.MERGES_DUPLICATE_DVS:
             yield
             return
+        given = self.spark.conf.get(iceberg_spark.DISTRIBUTION_MODE, None)  # the session's own, if any
         self.spark.conf.set(iceberg_spark.DISTRIBUTION_MODE, "none")
         try:
             yield
         finally:
-            self.spark.conf.unset(iceberg_spark.DISTRIBUTION_MODE)
+            if given is None:
+                self.spark.conf.unset(iceberg_spark.DISTRIBUTION_MODE)
+            else:
+                self.spark.conf.set(iceberg_spark.DISTRIBUTION_MODE, given)
 
     @contextmanager
     def stamped(self, props: dict[str, str], txn: tuple[str, int] | None):

@@ -78,12 +78,16 @@ def test_a_small_batch_written_without_a_shuffle_keeps_one_deletion_vector_per_d
     for i in range(0, keys, 2):
         h.topic.change("u", {"id": i, "v": "updated", "n": i}, 1000, 1000 + i)
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # the join shuffles the target's rows
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")  # ... into several tasks
+    spark.conf.set(iceberg_spark.DISTRIBUTION_MODE, "hash")  # a session's own setting, kept after the MERGE
     try:
         h.apply()
+        assert spark.conf.get(iceberg_spark.DISTRIBUTION_MODE) == "hash"
     finally:
-        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+        for key in ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.coalescePartitions.enabled",
+                    iceberg_spark.DISTRIBUTION_MODE):
+            spark.conf.unset(key)
     assert h.values() == {i: "updated" if i % 2 == 0 else "new" for i in range(keys)}
     referenced = [r[0] for r in spark.sql(f"SELECT referenced_data_file FROM {h.applier.target_ref}.delete_files")
                   .collect()]
     assert referenced and len(referenced) == len(set(referenced))
-    assert spark.conf.get(iceberg_spark.DISTRIBUTION_MODE, None) is None  # set for the MERGE alone
