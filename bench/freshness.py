@@ -20,7 +20,7 @@ from cdc.control import commits
 from cdc.jobs.runner import run
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import register
-from cdc.register.topics import watermarks
+from cdc.register.topics import end_offsets, watermarks
 from cdc.sinks.found import last_committed
 from cdc.sources import postgres
 
@@ -28,26 +28,57 @@ TICK_S = 0.1
 PREFILL = 20_000
 
 
-class Writer(threading.Thread):
-    """Transactions at the source every TICK_S: updates (70%), inserts (20%) and deletes
-    of rows it inserted (10%), `rate` row changes a second, for `seconds`; then waits until
-    the job has committed everything and stops it with SIGTERM."""
+class Driver(threading.Thread):
+    """Drives a running job from beside it (`drive`), then stops it with SIGTERM, however
+    the driving ended; its error is raised by the benchmark once the job has stopped."""
 
-    def __init__(self, settings, catalog, reg, topic: str, rate: int, seconds: float):
+    def __init__(self):
         super().__init__(daemon=True)
-        self.settings, self.catalog, self.reg, self.topic = settings, catalog, reg, topic
-        self.per_tick, self.seconds = max(10, int(rate * TICK_S)), seconds
-        self.started = self.ended = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self._write()
-            self._wait_applied()
+            self.drive()
         except BaseException as e:  # noqa: BLE001 - reported by the benchmark after the job stops
             self.error = e
         finally:
             os.kill(os.getpid(), signal.SIGTERM)
+
+    def drive(self) -> None:
+        raise NotImplementedError
+
+
+def wait_applied(settings, catalog, targets: dict, timeout_s: float) -> None:
+    """Until the target of each topic in `targets` (topic -> registration) has committed
+    offsets up to the topic's end as it is now."""
+    ends = end_offsets(kafka_access(settings), list(targets))
+    left = dict(targets)
+    deadline = time.monotonic() + timeout_s
+    while left and time.monotonic() < deadline:
+        for topic, reg in list(left.items()):
+            done = commits.parse_offsets(last_committed(catalog.load_table(reg.target))).get(topic, {})
+            if all(done.get(p, 0) >= o for p, o in ends.get(topic, {}).items()):
+                del left[topic]
+        if left:
+            time.sleep(0.5)
+    if left:
+        raise TimeoutError(f"the job did not apply {', '.join(sorted(left))} up to their end within {timeout_s}s")
+
+
+class Writer(Driver):
+    """Transactions at the source every TICK_S: updates (70%), inserts (20%) and deletes
+    of rows it inserted (10%), `rate` row changes a second, for `seconds`; then waits until
+    the job has committed everything."""
+
+    def __init__(self, settings, catalog, reg, topic: str, rate: int, seconds: float):
+        super().__init__()
+        self.settings, self.catalog, self.reg, self.topic = settings, catalog, reg, topic
+        self.per_tick, self.seconds = max(10, int(rate * TICK_S)), seconds
+        self.started = self.ended = None
+
+    def drive(self) -> None:
+        self._write()
+        wait_applied(self.settings, self.catalog, {self.topic: self.reg}, timeout_s=600)
 
     def _write(self) -> None:
         table = postgres.qualified(self.reg)
@@ -74,16 +105,6 @@ class Writer(threading.Thread):
             self.ended = time.time()
             marker = postgres.write_marker(conn, self.settings.sources[self.reg.source.name].signal_table)
         ConnectClient.of(self.settings).wait_captured(connector_name(self.reg.source.name), marker)
-
-    def _wait_applied(self, timeout_s: float = 600) -> None:
-        end = {p: hi for p, (_, hi) in watermarks(kafka_access(self.settings), self.topic).items()}
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            done = commits.parse_offsets(last_committed(self.catalog.load_table(self.reg.target))).get(self.topic, {})
-            if all(done.get(p, 0) >= o for p, o in end.items()):
-                return
-            time.sleep(0.5)
-        raise TimeoutError(f"the job did not apply {self.topic} up to {end} within {timeout_s}s")
 
 
 def commit_times(catalog, reg, topic: str) -> list[tuple[int, dict[int, int]]]:

@@ -11,21 +11,17 @@ load."""
 from __future__ import annotations
 
 import os
-import signal
 import statistics
-import threading
 import time
 from pathlib import Path
 
 from confluent_kafka import Producer
 
-from bench.freshness import commit_times, latencies
+from bench.freshness import Driver, commit_times, latencies, wait_applied
 from bench.workload import Events, changes, fill, jvm_pid, registration
 from cdc.config.clients import kafka_access
-from cdc.control import commits
 from cdc.jobs.runner import run
-from cdc.register.topics import watermarks
-from cdc.sinks.found import last_committed
+from cdc.register.topics import end_offsets
 
 TICK_S = 0.1
 ZIPF_S = 1.5  # table i (from 1) gets a share of the rate proportional to 1 / i**ZIPF_S
@@ -46,48 +42,38 @@ def cpu_seconds(pid: int) -> float:
     return mine.user + mine.system + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class Load(threading.Thread):
+class Load(Driver):
     """Drives the job: a first change per table (start-up), a quiet spell (idle CPU), then
-    `seconds` of changes at `rates`; waits until every table has applied them and stops the
-    job with SIGTERM."""
+    `seconds` of changes at `rates`; then waits until every table has applied them."""
 
     def __init__(self, settings, catalog, regs, topics: list[str], streams, rates_per_s: list[float], seconds: float,
                  jvm: int):
-        super().__init__(daemon=True)
-        self.settings, self.catalog, self.regs, self.topics = settings, catalog, regs, topics
+        super().__init__()
+        self.settings, self.catalog, self.topics = settings, catalog, topics
+        self.targets = dict(zip(topics, regs))
         self.streams, self.rates, self.seconds, self.jvm = streams, rates_per_s, seconds, jvm
         self.producer = Producer(kafka_access(settings).client(**{"linger.ms": 5}))
         self.figures: dict = {}
         self.offsets: dict[str, dict[int, int]] = {}  # each topic's end before the load
         self.started = self.ended = None
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
-        try:
-            self._drive()
-        except BaseException as e:  # noqa: BLE001 - reported by the benchmark after the job stops
-            self.error = e
-        finally:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def _drive(self) -> None:
+    def drive(self) -> None:
         begun = time.monotonic()
         self._wait_applied()
         self.figures["tables_100_start_s"] = round(time.monotonic() - begun, 1)
         print(f"tables: every table applied its first change {self.figures['tables_100_start_s']}s after the start",
               flush=True)
         time.sleep(5)  # the last batches' commits settle
-        cpu, wall = cpu_seconds(self.jvm), time.monotonic()
-        time.sleep(IDLE_S)
-        self.figures["tables_100_idle_cpu_share"] = round(
-            (cpu_seconds(self.jvm) - cpu) / ((time.monotonic() - wall) * os.cpu_count()), 3)
-        self.offsets = {t: {p: hi for p, (_, hi) in watermarks(kafka_access(self.settings), t).items()}
-                      for t in self.topics}
-        cpu, wall = cpu_seconds(self.jvm), time.monotonic()
-        self._write()
-        self.figures["tables_100_cpu_share"] = round(
-            (cpu_seconds(self.jvm) - cpu) / ((time.monotonic() - wall) * os.cpu_count()), 3)
+        self.figures["tables_100_idle_cpu_share"] = self._cpu_share(lambda: time.sleep(IDLE_S))
+        self.offsets = end_offsets(kafka_access(self.settings), self.topics)
+        self.figures["tables_100_cpu_share"] = self._cpu_share(self._write)
         self._wait_applied()
+
+    def _cpu_share(self, fn) -> float:
+        """The share of all cores the driver (Python and JVM) used while `fn` ran."""
+        cpu, wall = cpu_seconds(self.jvm), time.monotonic()
+        fn()
+        return round((cpu_seconds(self.jvm) - cpu) / ((time.monotonic() - wall) * os.cpu_count()), 3)
 
     def _write(self) -> None:
         owed = [0.0] * len(self.topics)
@@ -106,19 +92,9 @@ class Load(threading.Thread):
         if self.producer.flush(60):
             raise RuntimeError("could not deliver every change event")
 
-    def _wait_applied(self, timeout_s: float = 900) -> None:
+    def _wait_applied(self) -> None:
         self.producer.flush(60)
-        ends = {t: {p: hi for p, (_, hi) in watermarks(kafka_access(self.settings), t).items()} for t in self.topics}
-        left = dict(zip(self.topics, self.regs))
-        deadline = time.monotonic() + timeout_s
-        while left and time.monotonic() < deadline:
-            for topic, reg in list(left.items()):
-                done = commits.parse_offsets(last_committed(self.catalog.load_table(reg.target))).get(topic, {})
-                if all(done.get(p, 0) >= o for p, o in ends[topic].items()):
-                    del left[topic]
-            time.sleep(0.5)
-        if left:
-            raise TimeoutError(f"{len(left)} table(s) did not apply their changes within {timeout_s}s")
+        wait_applied(self.settings, self.catalog, self.targets, timeout_s=900)
 
 
 def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict) -> dict:
@@ -138,7 +114,7 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     since_ms = (load.started + min(10.0, seconds / 5)) * 1000
     per_table = []
     for reg, topic in zip(regs, topics):
-        values = latencies(settings, topic, load.offsets[topic], commit_times(catalog, reg, topic), since_ms)
+        values = latencies(settings, topic, load.offsets.get(topic, {}), commit_times(catalog, reg, topic), since_ms)
         if values:
             per_table.append(sorted(values))
     every = sorted(v for values in per_table for v in values)
