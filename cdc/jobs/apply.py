@@ -37,7 +37,8 @@ from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
-FORGET_EVERY_BATCHES = 500  # how often the delete memory drops entries past the horizon
+FORGET_EVERY_S = 3600  # how often a job drops the delete memory's entries past the horizon, at a batch
+FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job last dropped them (epoch ms)
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
@@ -120,15 +121,17 @@ class TableApplier:
     mask_key: bytes | None = field(default=None, repr=False)
     format_version: int = 3  # an Iceberg target's format is raised to it (CatalogSettings.format_version)
     buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
+    forget_every_s: float = FORGET_EVERY_S
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
     # only those is decoded without a scan.
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
+    forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
 
     def prepare(self, spark) -> "TableApplier":
         """Raise an Iceberg target to the configured format, read the record schemas judged for
-        it (from its last commit), create the table's delete memory if missing and drop entries past the horizon."""
+        it (from its last commit), create the table's delete memory and dead-letter table if missing."""
         by_name = {c.name: c for c in self.columns}
         clause = TABLE_CLAUSES[format_of(self.target_ref)]
         target = open_table(spark, self.target_ref)
@@ -141,7 +144,6 @@ class TableApplier:
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
         if not open_table(spark, self.deletes_ref).has_column(MOVED):  # a memory made by an older release
             spark.sql(f"ALTER TABLE {self.deletes_ref} ADD COLUMN {MOVED} STRING")
-        self._forget_deletes(spark)
         if self.masked and not self.mask_key:
             raise ValueError(f"table {self.name}: masked columns need a masking key")
         if self.on_error == "dlq":
@@ -343,8 +345,7 @@ class TableApplier:
         if self.registry is None and self.schemas:
             props[commits.RECORD_SCHEMAS] = json.dumps({str(k): v for k, v in self.schemas.items()})
         crash_point("before-merge")
-        if batch_id and batch_id % FORGET_EVERY_BATCHES == 0:
-            self._forget_deletes(spark)
+        self._forget_deletes(spark)
         names = tuple(c.name for c in self.columns)
         buckets = None  # a small batch names its keys' buckets (a superset: dead letters, deletes, tombstones)
         if bucketing and sum(s.records for s in stats) <= SMALL_BATCH_RECORDS:
@@ -496,11 +497,22 @@ class TableApplier:
         """The name of one of the table's temporary views."""
         return f"{prefix}_{self.name.replace('.', '__')}"
 
-    def _forget_deletes(self, spark) -> None:
-        """Drop the delete memory's entries past the horizon. A memory never written to is
-        left as it is: a DELETE would commit an empty snapshot, and every batch read it."""
-        if open_table(spark, self.deletes_ref).written():
+    def _forget_deletes(self, spark, now=time.time) -> None:
+        """Drop the delete memory's entries past the horizon, at most every `forget_every_s`:
+        the time of the last drop is kept on the memory (`FORGOTTEN_AT`), so neither a job's
+        start nor a restarted job pays for it again. A memory never written to is left as it
+        is: a DELETE would commit an empty snapshot, and every batch read it."""
+        if self.forget_due is None:  # the first batch of this process
+            last = open_table(spark, self.deletes_ref).properties().get(FORGOTTEN_AT)
+            self.forget_due = (int(last) / 1000 if last else 0) + self.forget_every_s
+        if now() < self.forget_due:
+            return
+        memory = open_table(spark, self.deletes_ref)
+        if memory.written():
             spark.sql(forget_deletes_sql(self.deletes_ref, self.delete_horizon_hours))
+            memory.refresh()
+            memory.set_properties({FORGOTTEN_AT: str(int(now() * 1000))})
+        self.forget_due = now() + self.forget_every_s
 
     def _remembered_deletes(self, spark, events: DataFrame) -> DataFrame | None:
         """The delete memory's entries for the keys of the batch's `events`, as of its

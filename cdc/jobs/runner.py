@@ -7,6 +7,7 @@ import shutil
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ class Target:
     topic_id: str | None
     held: str | None = None  # Spark SQL: true for a change the bootstrap rows already hold
     mask_key: bytes | None = None  # the masking key, checked against the target's
+    partitions: tuple[int, ...] = ()  # the topic's partitions when the target was opened
 
 
 def load_target(spark, settings: Settings, reg: TableRegistration):
@@ -85,10 +87,10 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
                          hint=f"re-apply the topic: `cdc replay --table {reg.name} --from-earliest`")
     committed = commits.parse_offsets(summary).get(topic, {})
     current_id = topic_id(kafka_access(settings), topic)
-    check_offsets_available(reg.name, topic, committed, watermarks(kafka_access(settings), topic),
-                            (summary or {}).get(commits.TOPIC_ID), current_id)
+    marks = watermarks(kafka_access(settings), topic)
+    check_offsets_available(reg.name, topic, committed, marks, (summary or {}).get(commits.TOPIC_ID), current_id)
     return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None,
-                  target_mask_key(settings, reg, properties))
+                  target_mask_key(settings, reg, properties), tuple(sorted(marks)))
 
 
 def batch_cap(spark, settings: Settings, reg: TableRegistration, topic: str, tables: int) -> int | None:
@@ -185,6 +187,7 @@ def stop_query(name: str, query) -> None:
 
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
 FAILED_RETRY_S = 60.0  # how long a continuous job waits before it tries a failed table again
+START_THREADS = 4  # tables whose queries start at once: a start waits mostly on the catalog, Kafka and the JVM
 _registries: dict[str, SchemaRegistry] = {}
 
 
@@ -209,9 +212,8 @@ def start_query(spark, settings: Settings, reg: TableRegistration, available_now
         log(f"checkpoint {checkpoint} belongs to another topic; moved to {aside}, resuming from the table's "
             f"committed offsets", table=reg.name, event="checkpoint-moved", level="warning", stream=sys.stdout)
     if target.committed:  # partitions the table has not seen yet start at their earliest offset
-        partitions = sorted(watermarks(kafka_access(settings), target.topic))
-        start = replay_window(target.topic, partitions, offsets=json.dumps({str(p): o for p, o in
-                                                                           target.committed.items()}))
+        offsets = json.dumps({str(p): o for p, o in target.committed.items()})
+        start = replay_window(target.topic, list(target.partitions), offsets=offsets)
     else:
         start = {"startingOffsets": reg.options.starting_offsets}
     return stream_query(spark, settings, reg, target, checkpoint, start, available_now, tables=tables)
@@ -231,7 +233,7 @@ def _replay(settings: Settings, reg: TableRegistration, **window_args) -> None:
                 offsets_at=lambda ms: offsets_at(kafka_access(settings), topic, ms), **window_args)
     spark = get_session(settings).newSession()
     target = open_target(spark, settings, reg)
-    start = replay_window(target.topic, sorted(watermarks(kafka_access(settings), target.topic)), **window_args)
+    start = replay_window(target.topic, list(target.partitions), **window_args)
     checkpoint = settings.path(settings.spark.checkpoint_dir) / f"{reg.name}.replay-{int(time.time() * 1000)}"
     query = stream_query(spark, settings, reg, target, checkpoint, start, available_now=True,
                          skip_committed=False)
@@ -425,6 +427,12 @@ class Supervisor:
             return
         self.start_or_fail(name)
 
+    def start_all(self) -> None:
+        """Every table's query, START_THREADS starting at once; a table that fails to start
+        is given up (`fail`) and the others go on."""
+        with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:
+            list(pool.map(self.start_or_fail, self.tables))
+
     def start_or_fail(self, name: str) -> None:
         try:
             self.start(name)
@@ -443,8 +451,7 @@ class Supervisor:
 
     def run_available_now(self) -> None:
         """Each table up to what Kafka holds now; a table that fails does not stop the others."""
-        for name in self.tables:
-            self.start_or_fail(name)
+        self.start_all()
         for name in list(self.queries):
             while name not in self.failed:
                 try:
@@ -468,9 +475,7 @@ class Supervisor:
         lag_stop = threading.Event()
         with shutdown.graceful(self.request_stop):
             try:
-                for name in self.tables:
-                    if not self.stopping:
-                        self.start_or_fail(name)
+                self.start_all()  # a stop signal ends the starts not yet made (`start`)
                 threading.Thread(target=watch_lag, args=(self.settings, list(self.tables.values()), lag_stop),
                                  daemon=True, name="cdc-lag").start()
                 while not self.stopping and len(self.failed) < len(self.tables):

@@ -228,15 +228,25 @@ def test_delta_refuses_a_second_commit_of_a_batch_it_holds(scratch, table_name, 
     assert table.version() == before and h.values() == {1: "a"}
 
 
-def test_delete_memory_past_its_horizon_is_forgotten(scratch, table_name):
+def test_delete_memory_past_its_horizon_is_forgotten_at_a_batch_and_not_again_by_a_restart(scratch, table_name):
     spark, catalog = scratch
     h = Harness(spark, catalog, table_name, horizon_hours=1)
+    h.applier.forget_every_s = 0  # every batch may drop
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110, ts_ms=1_700_000_000_000)
     h.topic.change("d", {"id": 1, "v": "a", "n": 1}, 200, 210, ts_ms=1_700_000_000_000)  # 2023: past 1h
     h.apply()
     remembered = spark.table(h.applier.deletes_ref).count()
-    h.applier.prepare(spark)  # a job start drops entries older than the horizon
-    assert (remembered, spark.table(h.applier.deletes_ref).count()) == (1, 0)
+    h.applier.prepare(spark)  # a job start leaves the memory as it is
+    started = spark.table(h.applier.deletes_ref).count()
+    h.topic.change("c", {"id": 2, "v": "b", "n": 2}, 300, 310)
+    h.apply()  # the next batch drops entries older than the horizon
+    assert (remembered, started, spark.table(h.applier.deletes_ref).count()) == (1, 1, 0)
+    # A restarted job reads when the memory was last cleaned: within forget_every_s, it does not drop again.
+    restarted = dataclasses.replace(h.applier, forget_every_s=3600, forget_due=None).prepare(spark)
+    h.topic.change("d", {"id": 2, "v": "b", "n": 2}, 400, 410, ts_ms=1_700_000_000_000)
+    h.topic.change("c", {"id": 3, "v": "c", "n": 3}, 500, 510)
+    restarted(spark.createDataFrame([(*r, []) for r in h.topic.take()], KAFKA_SCHEMA), h.batch_id)
+    assert spark.table(h.applier.deletes_ref).count() == 1 and h.values() == {3: "c"}
 
 
 def test_a_delete_memory_is_not_written_before_the_first_delete(scratch, table_name):

@@ -110,6 +110,20 @@ def test_a_failing_table_does_not_stop_the_others(tmp_path, monkeypatch, capsys)
         capsys.readouterr().err
 
 
+def test_tables_start_side_by_side(tmp_path, monkeypatch):
+    """START_THREADS queries start at once: here each start waits for the others to be under way."""
+    import threading
+
+    from cdc.jobs import runner
+
+    names = [f"s.t{i}" for i in range(runner.START_THREADS)]
+    sup = isolated(tmp_path, monkeypatch, {n: FakeQuery() for n in names})
+    together, start = threading.Barrier(len(names), timeout=30), runner.start_query
+    monkeypatch.setattr(runner, "start_query", lambda *a, **k: (together.wait(), start(*a, **k))[1])
+    sup.run_available_now()
+    assert set(sup.queries) == set(names) and not sup.failed
+
+
 def test_several_failed_tables_are_named_in_one_error(tmp_path, monkeypatch):
     from cdc.control import jobstate
 
