@@ -10,6 +10,7 @@ A key change is a delete of the old key (`_key_moved`) and a create of the new o
 from __future__ import annotations
 
 from functools import reduce
+from typing import Callable
 
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
@@ -121,17 +122,26 @@ def _header(name: str) -> SparkColumn:
 def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
            refused: SparkColumn | None = None, schema: SparkColumn | None = None,
            masked: tuple[str, ...] = ()) -> DataFrame:
-    """`refused`: over `raw`, why a record's schema is one the target cannot take (`refusal`),
-    null when it can: such records are bad (`schema-refused`). `schema`: over `raw`, the
-    record's schema (`schema_fingerprint`), kept as `_schema`. `masked`: the columns to be
-    hashed (`protect.mask_columns`), given as the text of their target value, or as the
-    hash where the connector made it."""
+    """`raw` decoded (see `decoder`)."""
+    return decoder(columns, key, kind, refused, schema, masked, "headers" in raw.columns)(raw)
+
+
+def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
+            refused: SparkColumn | None = None, schema: SparkColumn | None = None,
+            masked: tuple[str, ...] = (), headers: bool = True) -> Callable[[DataFrame], DataFrame]:
+    """The decoding of the Kafka source's rows (with their `headers` column or without), its
+    expressions built once: a job keeps it between batches, and each batch then costs a few
+    calls into the JVM instead of a thousand. `refused`: over the raw rows, why a record's
+    schema is one the target cannot take (`refusal`), null when it can: such records are bad
+    (`schema-refused`). `schema`: over the raw rows, the record's schema
+    (`schema_fingerprint`), kept as `_schema`. `masked`: the columns to be hashed
+    (`protect.mask_columns`), given as the text of their target value, or as the hash where
+    the connector made it."""
     kept = [schema.alias("_schema")] if schema is not None else []
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
-    headers = "headers" in raw.columns
     text = masked_as_text(columns, masked)
-    df = raw.select(
+    envelope = [
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
         F.from_json(F.col("value").cast("string"), value_schema(columns, text)).getField("payload").alias("_v"),
         F.col("value").isNull().alias("_null_value"), F.col("value"),
@@ -140,13 +150,13 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         (_header(NEW_KEY).isNotNull() if headers else F.lit(False)).alias("_new_key"),
         *([_header(MASKED_HEADER).alias(MASKED_UPSTREAM)] if headers else []),
         (refused if refused is not None else F.lit(None).cast("string")).alias("_refused"), *kept,
-    )
+    ]
     # Only a record without a typed op is read again, loosely, every field as text: an
     # envelope whose values do not fit still has an op; heartbeats, transaction markers and
     # schema changes have none. A change event, nearly every record, is parsed once.
-    df = df.withColumn("_loose", F.when(
+    loose_value = F.when(
         ~F.col("_null_value") & (F.col("_v").isNull() | F.col("_v.op").isNull()),
-        F.from_json(F.col("value").cast("string"), "STRUCT<payload: MAP<STRING, STRING>>").getField("payload")))
+        F.from_json(F.col("value").cast("string"), "STRUCT<payload: MAP<STRING, STRING>>").getField("payload"))
     loose = F.col("_loose")
     non_data = loose.getItem("op").isNull() & (
         (loose.getItem("status").isin("BEGIN", "END") & loose.getItem("id").isNotNull())  # transaction metadata
@@ -154,11 +164,10 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
         | (F.size(F.map_keys(loose)) == 1) & loose.getItem("ts_ms").isNotNull())  # heartbeat
     op = (F.when(F.col("_null_value"), F.lit(TOMBSTONE)).when(F.coalesce(non_data, F.lit(False)), F.lit(NON_DATA))
           .otherwise(F.col("_v.op")))
-    df = df.withColumn("_op", op)
     commit_lsn, event_lsn = _position_parts(kind)
     pos = F.concat(_hex(commit_lsn, 16), _hex(event_lsn, 16), F.when(F.col("_op") == "r", "0").otherwise("1"),
                    _hex(F.col("_partition"), 8), _hex(F.col("_offset"), 16))
-    df = df.withColumn("_position", F.when(event_lsn.isNotNull(), pos))
+    position = F.when(event_lsn.isNotNull(), pos)
     row = F.when(F.col("_op") == "d", F.col("_v.before")).otherwise(F.col("_v.after"))
     # An unchanged TOASTed value arrives as a placeholder: flagged, and never taken as data.
     toast = {c.name: i for i, c in enumerate(toastable(columns, key))}
@@ -207,14 +216,17 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
     for cond, cls, message in reversed(checks):  # the first check that holds names the error
         error = F.when(cond, message if message is not None else F.lit(None).cast("string")).otherwise(error)
         error_class = F.when(cond, F.lit(cls).cast("string")).otherwise(error_class)
-    out = df.select(
+    fields = [
         *data, *flags, *[c.alias(name) for c, name in moved],
         F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
         error.alias("_error"), error_class.alias("_error_class"), *[F.col("_schema") for _ in kept],
         *([F.col(MASKED_UPSTREAM)] if headers else []),
-    )
+    ]
+    names = [*(c.name for c in columns), *(f"_unavailable_{i}" for i in toast.values()), *(n for _, n in moved),
+             "_op", "_position", "_txid", "_source_ts", "_partition", "_offset", "_error", "_error_class",
+             *(["_schema"] if kept else []), *([MASKED_UPSTREAM] if headers else [])]
     # Wire values into target types (dates, timestamps, bytes); a changed row with a value
     # that has no exact target value (a decimal NaN, overflow or extra digits) is bad.
     upstream = {c: hashed_upstream(c) if headers else F.lit(False) for c in text}
@@ -223,18 +235,25 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
             for c in columns if c.does_not_fit("x")]
     lost += [F.when(~upstream[c] & F.col(c).isNotNull() & F.expr(f"{wire_of[c]} IS NULL"), F.lit(c))
              for c in text if by_name[c].wire_type != "STRING"]
+    checked = None  # the fields with the values that do not fit named in `_error`
     if lost:
-        names = F.concat_ws(", ", *lost)
-        bad = F.col("_error").isNull() & F.col("_op").isin("c", "u", "r") & (names != "")
-        out = out.withColumn("_error_class", F.when(bad, F.lit("value-does-not-fit")).otherwise(F.col("_error_class")))
-        out = out.withColumn("_error", F.when(bad, F.concat(F.lit("value of column(s) "), names,
-                                                            F.lit(" does not fit the column's type")))
-                             .otherwise(F.col("_error")))
+        lost_names = F.concat_ws(", ", *lost)
+        bad = F.col("_error").isNull() & F.col("_op").isin("c", "u", "r") & (lost_names != "")
+        replaced = {"_error_class": F.when(bad, F.lit("value-does-not-fit")).otherwise(F.col("_error_class")),
+                    "_error": F.when(bad, F.concat(F.lit("value of column(s) "), lost_names,
+                                                   F.lit(" does not fit the column's type"))).otherwise(F.col("_error"))}
+        checked = [replaced[n].alias(n) if n in replaced else F.col(q(n)) for n in names]
     wire = {**by_name, **{f"_from_{i}": by_name[k] for i, k in enumerate(key)}}
     masked_value = {c: F.when(upstream[c], F.col(q(c))).otherwise(F.expr(f"CAST({by_name[c].convert(wire_of[c])} "
                                                                         f"AS STRING)")) for c in text}
-    return out.select(*[masked_value[c].alias(c) if c in masked_value else
-                        F.expr(wire[c].convert(q(c))).alias(c) if c in wire else F.col(q(c)) for c in out.columns])
+    typed = [masked_value[c].alias(c) if c in masked_value else
+             F.expr(wire[c].convert(q(c))).alias(c) if c in wire else F.col(q(c)) for c in names]
+
+    def run(raw: DataFrame) -> DataFrame:
+        df = (raw.select(*envelope).select("*", loose_value.alias("_loose")).select("*", op.alias("_op"))
+              .select("*", position.alias("_position")).select(*fields))
+        return (df if checked is None else df.select(*checked)).select(*typed)
+    return run
 
 
 def _from_text(column: Column) -> str:

@@ -18,7 +18,7 @@ from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
 from cdc.decoding.envelope import row_fields
-from cdc.decoding.spark_decode import NON_DATA, decode, refusal, schema_fingerprint, value_schemas
+from cdc.decoding.spark_decode import NON_DATA, decoder, refusal, schema_fingerprint, value_schemas
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
 from cdc.log import log
@@ -40,6 +40,7 @@ TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: olde
 FORGET_EVERY_S = 3600  # how often a job drops the delete memory's entries past the horizon, at a batch
 FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job last dropped them (epoch ms)
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
+KEEP_DECODERS = 8  # batch decodings a table keeps built (a change of columns or refused schemas builds another)
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
@@ -128,6 +129,7 @@ class TableApplier:
     # only those is decoded without a scan.
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
     forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
+    decoders: dict = field(default_factory=dict, repr=False)  # _decoder's, by what they were built for
 
     def prepare(self, spark) -> "TableApplier":
         """Raise an Iceberg target to the configured format, read the record schemas judged for
@@ -181,12 +183,10 @@ class TableApplier:
         before (`schemas`), which raises UnseenSchema, before anything is written, if not."""
         if self.registry is None:
             known = refused if refused is not None else {k: v for k, v in self.schemas.items() if v}
-            envelopes, refusals = batch, refusal(schema_fingerprint(), known)
+            envelopes = batch
         else:
-            envelopes = avro.to_json_envelopes(batch, self.registry, refused)
-            refusals = refusal(F.col(avro.VALUE_SCHEMA_ID), refused)
-        events = decode(envelopes, self.columns, self.key, self.source_kind, refusals,
-                        schema_fingerprint() if self.registry is None and refused is None else None, self.masked)
+            known, envelopes = refused or {}, avro.to_json_envelopes(batch, self.registry, refused)
+        events = self._decoder(known, refused is None, "headers" in envelopes.columns)(envelopes)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
         events = mask_columns(events, self.masked, self.mask_key)  # before anything is written
@@ -195,6 +195,20 @@ class TableApplier:
             self._apply(spark, table, batch, events, summary, committed, self._planned_end(batch_id), batch_id)
         finally:
             events.unpersist()
+
+    def _decoder(self, refused: dict, trusted: bool, headers: bool):
+        """The decoding of a batch (spark_decode.decoder), built once while the columns and the
+        refused schemas stay the same. `trusted` (JSON): the schemas were not judged for this
+        batch, so each record's schema fingerprint is kept (UnseenSchema)."""
+        fingerprinted = self.registry is None and trusted
+        found = (self.columns, tuple(sorted(refused.items())), fingerprinted, headers)
+        if found not in self.decoders:
+            if len(self.decoders) >= KEEP_DECODERS:
+                self.decoders.clear()
+            by = schema_fingerprint() if self.registry is None else F.col(avro.VALUE_SCHEMA_ID)
+            self.decoders[found] = decoder(self.columns, self.key, self.source_kind, refusal(by, refused),
+                                           schema_fingerprint() if fingerprinted else None, self.masked, headers)
+        return self.decoders[found]
 
     def _evolve(self, spark, table, batch: DataFrame) -> dict[str, str]:
         """Design rule 7 before the batch is decoded: new source columns are added to the
