@@ -24,7 +24,7 @@ from cdc.jobs import metrics
 from cdc.log import log
 from cdc.planning import dead_letters
 from cdc.planning import unchanged
-from cdc.planning.dedupe import last_per_key
+from cdc.planning.dedupe import last_per_key_of
 from cdc.planning.history import history_changes, stored_versions
 from cdc.planning.merge import (KEY_BUCKETS, MOVED, append_sql, deletes_table_sql, forget_deletes_sql,
                                 history_merge_sql, key_bucket, merge_sql, remember_deletes_sql,
@@ -40,7 +40,7 @@ TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: olde
 FORGET_EVERY_S = 3600  # how often a job drops the delete memory's entries past the horizon, at a batch
 FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job last dropped them (epoch ms)
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
-KEEP_DECODERS = 8  # batch decodings a table keeps built (a change of columns or refused schemas builds another)
+KEEP_PLANS = 16  # batch expressions a table keeps built (a change of columns or refused schemas builds others)
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
@@ -129,7 +129,7 @@ class TableApplier:
     # only those is decoded without a scan.
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
     forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
-    decoders: dict = field(default_factory=dict, repr=False)  # _decoder's, by what they were built for
+    plans: dict = field(default_factory=dict, repr=False)  # `_plan`'s, by what they were built for
 
     def prepare(self, spark) -> "TableApplier":
         """Raise an Iceberg target to the configured format, read the record schemas judged for
@@ -197,18 +197,26 @@ class TableApplier:
             events.unpersist()
 
     def _decoder(self, refused: dict, trusted: bool, headers: bool):
-        """The decoding of a batch (spark_decode.decoder), built once while the columns and the
-        refused schemas stay the same. `trusted` (JSON): the schemas were not judged for this
-        batch, so each record's schema fingerprint is kept (UnseenSchema)."""
+        """The decoding of a batch (spark_decode.decoder) for the refused schemas. `trusted`
+        (JSON): the schemas were not judged for this batch, so each record's schema
+        fingerprint is kept (UnseenSchema)."""
         fingerprinted = self.registry is None and trusted
-        found = (self.columns, tuple(sorted(refused.items())), fingerprinted, headers)
-        if found not in self.decoders:
-            if len(self.decoders) >= KEEP_DECODERS:
-                self.decoders.clear()
+
+        def build():
             by = schema_fingerprint() if self.registry is None else F.col(avro.VALUE_SCHEMA_ID)
-            self.decoders[found] = decoder(self.columns, self.key, self.source_kind, refusal(by, refused),
-                                           schema_fingerprint() if fingerprinted else None, self.masked, headers)
-        return self.decoders[found]
+            return decoder(self.columns, self.key, self.source_kind, refusal(by, refused),
+                           schema_fingerprint() if fingerprinted else None, self.masked, headers)
+        return self._plan(("decode", tuple(sorted(refused.items())), fingerprinted, headers), build)
+
+    def _plan(self, found: tuple, build):
+        """What `build` makes (a batch's Spark expressions, built once: each costs calls into
+        the JVM) for `found` and the table's current columns, kept between batches."""
+        found = (self.columns, *found)
+        if found not in self.plans:
+            if len(self.plans) >= KEEP_PLANS:
+                self.plans.clear()
+            self.plans[found] = build()
+        return self.plans[found]
 
     def _evolve(self, spark, table, batch: DataFrame) -> dict[str, str]:
         """Design rule 7 before the batch is decoded: new source columns are added to the
@@ -318,19 +326,7 @@ class TableApplier:
         toast = tuple(c.name for c in toastable(self.columns, self.key))
         bucketing = self._bucketing(table)
         with self.timer.step("decode"):
-            stats = events.groupBy("_partition").agg(
-                *([F.collect_set("_schema").alias("schemas")] if "_schema" in events.columns else []),
-                *([F.collect_set(F.expr(bucketing[1])).alias("buckets")] if bucketing else []),
-                *(unchanged.stats_columns(toast) if toast else []),
-                F.min("_offset").alias("first"), F.max("_offset").alias("last"),
-                F.max("_position").alias("position"),
-                F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
-                F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
-                F.collect_set(F.when(F.col("_op") == "t", F.struct(F.col("_position").alias("position"),
-                                                                    F.unix_millis("_source_ts").alias("ms"))))
-                .alias("truncates"),
-                F.sum((F.col("_op") == "d").cast("int")).alias("deletes"), F.count("*").alias("records"),
-            ).collect()
+            stats = self._stats(events, bucketing, toast).collect()
         if "_schema" in events.columns and {f for s in stats for f in s.schemas} - self.schemas.keys():
             raise UnseenSchema(self.name)
         events = events.drop("_schema")
@@ -392,6 +388,27 @@ class TableApplier:
             for df in persisted:
                 df.unpersist()
 
+    def _stats(self, events: DataFrame, bucketing: tuple[str, str] | None, toast: tuple[str, ...]) -> DataFrame:
+        """The batch's stats per partition (offsets, position, errors, deletes, truncates,
+        schemas, key buckets, what unchanged values need), in one aggregation."""
+        schemas = "_schema" in events.columns
+
+        def build():
+            return [
+                *([F.collect_set("_schema").alias("schemas")] if schemas else []),
+                *([F.collect_set(F.expr(bucketing[1])).alias("buckets")] if bucketing else []),
+                *(unchanged.stats_columns(toast) if toast else []),
+                F.min("_offset").alias("first"), F.max("_offset").alias("last"),
+                F.max("_position").alias("position"),
+                F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
+                F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
+                F.collect_set(F.when(F.col("_op") == "t", F.struct(F.col("_position").alias("position"),
+                                                                    F.unix_millis("_source_ts").alias("ms"))))
+                .alias("truncates"),
+                F.sum((F.col("_op") == "d").cast("int")).alias("deletes"), F.count("*").alias("records"),
+            ]
+        return events.groupBy("_partition").agg(*self._plan(("stats", schemas, bucketing, toast), build))
+
     def _truncate(self, spark, table, position: str, at_ms: int | None) -> None:
         """A truncate at `position`: the target's rows written before it go (upsert), are
         marked (soft_delete) or end their open versions at its commit time (history); older
@@ -425,8 +442,9 @@ class TableApplier:
                                      events.select(*[q(k) for k in self.key]).distinct(), self.key, toast)
             changes = history_changes(changes, stored, self.key, names, toast)
         else:
-            changes = self._remembered(last_per_key(events, self.key, names, toast, self.mode == "soft_delete"),
-                                      remembered)
+            dedupe = self._plan(("dedupe", names, toast), lambda: last_per_key_of(
+                self.key, names, toast, self.mode == "soft_delete"))
+            changes = self._remembered(dedupe(events), remembered)
         view = self._view("cdc_batch")
         changes.createOrReplaceTempView(view)
         deletes = None

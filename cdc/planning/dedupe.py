@@ -2,6 +2,8 @@
 (`max_by` on the position), not by a sort."""
 from __future__ import annotations
 
+from typing import Callable
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -12,7 +14,14 @@ CARRIED = ("_op", "_position", "_source_ts", "_partition", "_offset")
 
 def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ...],
                  toastable: tuple[str, ...] = (), keep_values: bool = False) -> DataFrame:
-    """One row per key: the change with the highest position; a tombstone that follows it in
+    """`events`' last change per key (see `last_per_key_of`)."""
+    return last_per_key_of(key, columns, toastable, keep_values)(events)
+
+
+def last_per_key_of(key: tuple[str, ...], columns: tuple[str, ...], toastable: tuple[str, ...] = (),
+                    keep_values: bool = False) -> Callable[[DataFrame], DataFrame]:
+    """The dedupe of a batch's events, its expressions built once (a job keeps it between
+    batches). One row per key: the change with the highest position; a tombstone that follows it in
     its partition turns it into a delete; a key with only tombstones keeps one `tombstone`
     row (applied against the stored row's Kafka offset by the MERGE). A `toastable` column
     takes the newest value the batch really carries (placeholders skipped), with `_has_<i>`
@@ -23,20 +32,21 @@ def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ..
     is_change = F.col("_op") != TOMBSTONE
     is_tomb = F.col("_op") == TOMBSTONE
     is_upsert = F.col("_op").isin("c", "u", "r")
-    grouped = events.groupBy(*[q(k) for k in key]).agg(
+    aggregates = [
         F.max_by(F.when(is_change, F.struct(*[q(v) for v in values])), F.when(is_change, F.col("_position")))
         .alias("_w"),
         F.max_by(F.when(is_tomb, F.struct("_partition", "_offset")), F.when(is_tomb, F.col("_offset"))).alias("_t"),
         *[agg for i, c in enumerate(toastable) for agg in _known_value(i, c)],
         *([F.max_by(F.when(is_upsert, F.struct(*[q(v) for v in values])), F.when(is_upsert, F.col("_position")))
            .alias("_u")] if keep_values else []),
-    )
+    ]
     lone_tomb = F.col("_w").isNull()
     # Offsets compare only within one partition (a key's records share one unless the
     # topic was repartitioned).
     tomb_after = (F.col("_t").isNotNull() & (F.col("_t._partition") == F.col("_w._partition"))
                   & (F.col("_t._offset") > F.col("_w._offset")))
-    out = [F.col(q(k)) for k in key]
+    keys = [F.col(q(k)) for k in key]
+    out = list(keys)
     toast = {c: i for i, c in enumerate(toastable)}
     kept = "_u" if keep_values else "_w"
     out += [(F.col(f"_tv_{toast[c]}") if c in toast else F.col(kept).getField(c)).alias(c)
@@ -51,7 +61,7 @@ def last_per_key(events: DataFrame, key: tuple[str, ...], columns: tuple[str, ..
         F.when(lone_tomb, F.col("_t._partition")).otherwise(F.col("_w._partition")).alias("_partition"),
         F.when(lone_tomb, F.col("_t._offset")).otherwise(F.col("_w._offset")).alias("_offset"),
     ]
-    return grouped.select(*out)
+    return lambda events: events.groupBy(*keys).agg(*aggregates).select(*out)
 
 
 def _known_value(i: int, column: str):
