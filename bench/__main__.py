@@ -16,6 +16,9 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
   `merge_scaling_10m_vs_1m` (0.1M and 1M rows with --quick, 1M and 10M without);
   `small_batch_s`, a batch of 1,000 changes into the big table (its fixed cost), and
   `small_batch_run_s`, the whole `cdc run --available-now` around it.
+- avro: `apply_avro_events_per_s`, the apply section's backlog in Confluent's Avro wire
+  format (recorded from the connector writing Avro through the stack's schema registry),
+  and `apply_avro_vs_json`.
 - peers: Delta Lake MERGE and pyiceberg upsert on the same batch and table,
   `cdc_vs_delta_merge` and `cdc_vs_pyiceberg_upsert` (time ratios, ours over theirs).
 - read: read time after a long run of small batches, without and with `cdc maintain`.
@@ -43,7 +46,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import apply, backlog, bootstrap, chart, freshness, maintenance, peers, tables
+from bench import apply, avro, backlog, bootstrap, chart, freshness, maintenance, peers, tables
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
 from cdc.jobs.runner import run
@@ -53,7 +56,7 @@ from cdc.stack.manager import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("apply", "peers", "read", "bootstrap", "backlog", "freshness", "tables")
+SECTIONS = ("apply", "avro", "peers", "read", "bootstrap", "backlog", "freshness", "tables")
 SIZES = {
     "quick": {"small": 100_000, "big": 1_000_000, "changes": 100_000, "read_rows": 100_000, "read_batches": 40,
               "read_batch_events": 2_500, "bootstrap_rows": 200_000, "backlog": 500_000, "freshness_rate": 2_000, "freshness_s": 60,
@@ -125,6 +128,8 @@ def main() -> int:
         print(f"== {section}", flush=True)
         if section == "apply":
             figures, small = apply.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
+        elif section == "avro":
+            figures = avro.measure(spark, settings, catalog, template, sizes, results.get("apply_events_per_s"))
         elif section == "peers":
             figures = peers.measure(spark, settings, catalog, template, small, settings.state_dir / "bench" / "peers",
                                     sizes)

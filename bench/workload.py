@@ -27,26 +27,34 @@ SCHEMA = "bench"
 COLUMNS_SQL = "(id bigint PRIMARY KEY, v text, n numeric(12,2), at timestamptz)"
 
 
+AVRO_SOURCE = "bench_avro"  # the first source again, its connector writing Avro through the schema registry
+
+
 def bench_settings(settings, work: Path):
     """cdc.yaml's settings with a tables directory of the benchmark's own, holding the
-    project's registrations too (so registering keeps them captured)."""
+    project's registrations too (so registering keeps them captured), and, with a schema
+    registry, the first source a second time as AVRO_SOURCE."""
     tables = work / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     for f in settings.path(settings.tables_dir).glob("*.yaml"):
         if not f.name.startswith(f"{SCHEMA}."):
             (tables / f.name).write_text(f.read_text())
-    return settings.model_copy(update={"tables_dir": tables})
+    sources = dict(settings.sources)
+    if settings.registry_url:
+        sources[AVRO_SOURCE] = next(iter(settings.sources.values())).model_copy(update={"format": "avro"})
+    return settings.model_copy(update={"tables_dir": tables, "sources": sources})
 
 
-def registration(settings, name: str, captured: bool = False, **options) -> TableRegistration:
-    """A registration of `bench.<name>`. A `captured` one has a source table the connector
-    captures, and its file goes into the benchmark's tables directory; the others are
-    targets whose topics the benchmark fills itself."""
-    source = next(iter(settings.sources))
+def registration(settings, name: str, captured: bool = False, source: str | None = None,
+                 **options) -> TableRegistration:
+    """A registration of `bench.<name>` (of the first source unless `source` is named). A
+    `captured` one has a source table the connector captures, and its file goes into the
+    benchmark's tables directory; the others are targets whose topics the benchmark fills itself."""
+    source = source or next(iter(settings.sources))
     reg = TableRegistration(name=f"{SCHEMA}.{name}", source={"name": source, "schema": SCHEMA, "table": name},
                             options=options)
     if captured:
-        text = f"name: {reg.name}\nsource:\n  schema: {SCHEMA}\n  table: {name}\n"
+        text = f"name: {reg.name}\nsource:\n  name: {source}\n  schema: {SCHEMA}\n  table: {name}\n"
         if options:
             text += "options:\n" + "".join(f"  {k}: {v}\n" for k, v in options.items())
         (settings.path(settings.tables_dir) / f"{reg.name}.yaml").write_text(text)
@@ -67,7 +75,16 @@ def create_source_table(settings, reg: TableRegistration, rows: int = 0) -> None
 def record_template(settings) -> tuple[dict, dict]:
     """One real update event of the benchmark's table shape (key and value documents),
     captured by the real connector."""
-    reg = registration(settings, "recorded", captured=True)
+    key, value = recorded_update(settings, registration(settings, "recorded", captured=True))
+    key_doc, value_doc = json.loads(key), json.loads(value)
+    if value_doc["payload"]["op"] != "u":
+        raise RuntimeError(f"expected the recorded update, got an event of op {value_doc['payload']['op']}")
+    return key_doc, value_doc
+
+
+def recorded_update(settings, reg: TableRegistration) -> tuple[bytes, bytes]:
+    """The key and value, as Kafka holds them, of an update of `reg`'s source table (made
+    for it, with one row) captured by the real connector of its source."""
     create_source_table(settings, reg, rows=1)
     register(settings, [reg])
     with postgres.connect(settings, reg.source.name) as conn:
@@ -81,10 +98,9 @@ def record_template(settings) -> tuple[dict, dict]:
     consumer.assign([TopicPartition(topic, 0, end - 1)])
     msg = consumer.poll(30)
     consumer.close()
-    key, value = json.loads(msg.key()), json.loads(msg.value())
-    if value["payload"]["op"] != "u":
-        raise RuntimeError(f"expected the recorded update as the last event of {topic}, got {value['payload']['op']}")
-    return key, value
+    if msg is None or msg.value() is None:
+        raise RuntimeError(f"expected the recorded update as the last event of {topic}, found none")
+    return msg.key(), msg.value()
 
 
 class Events:
@@ -94,17 +110,21 @@ class Events:
         self.key, self.value, self.lsn = key, value, 1 << 40
 
     def make(self, op: str, row_id: int, v: str) -> tuple[bytes, bytes]:
-        self.lsn += 8
         key = copy.deepcopy(self.key)
         key["payload"] = {"id": row_id}
         value = copy.deepcopy(self.value)
-        p = value["payload"]
+        self.change(value["payload"], op, row_id, v)
+        return (json.dumps(key, separators=(",", ":")).encode(),  # compact, as the JSON converter writes
+                json.dumps(value, separators=(",", ":")).encode())
+
+    def change(self, p: dict, op: str, row_id: int, v: str) -> None:
+        """The envelope `p` (a copy of the recorded one's payload) made into change `op` of row
+        `row_id`, at the next position."""
+        self.lsn += 8
         row = {**p["after"], "id": row_id, "v": v, "n": f"{row_id % 100000}.25"}
         p["before"], p["after"], p["op"] = (row, None, "d") if op == "d" else (None, row, op)
         p["source"].update(lsn=self.lsn, txId=self.lsn % (1 << 31), ts_ms=int(time.time() * 1000),
                            sequence=json.dumps([str(self.lsn - 4), str(self.lsn)]))
-        return (json.dumps(key, separators=(",", ":")).encode(),  # compact, as the JSON converter writes
-                json.dumps(value, separators=(",", ":")).encode())
 
 
 def changes(ev: Events, rows: int, count: int, seed: int = 7):
