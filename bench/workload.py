@@ -27,22 +27,15 @@ SCHEMA = "bench"
 COLUMNS_SQL = "(id bigint PRIMARY KEY, v text, n numeric(12,2), at timestamptz)"
 
 
-AVRO_SOURCE = "bench_avro"  # the first source again, its connector writing Avro through the schema registry
-
-
 def bench_settings(settings, work: Path):
     """cdc.yaml's settings with a tables directory of the benchmark's own, holding the
-    project's registrations too (so registering keeps them captured), and, with a schema
-    registry, the first source a second time as AVRO_SOURCE."""
+    project's registrations too (so registering keeps them captured)."""
     tables = work / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     for f in settings.path(settings.tables_dir).glob("*.yaml"):
         if not f.name.startswith(f"{SCHEMA}."):
             (tables / f.name).write_text(f.read_text())
-    sources = dict(settings.sources)
-    if settings.registry_url:
-        sources[AVRO_SOURCE] = next(iter(settings.sources.values())).model_copy(update={"format": "avro"})
-    return settings.model_copy(update={"tables_dir": tables, "sources": sources})
+    return settings.model_copy(update={"tables_dir": tables})
 
 
 def registration(settings, name: str, captured: bool = False, source: str | None = None,
