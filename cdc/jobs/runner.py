@@ -31,7 +31,7 @@ from cdc.register.capture import source_capture
 from cdc.register.connector import topic_for
 from cdc.register.topics import end_offsets, existing_topics, offsets_at, tail_record_bytes, topic_id, watermarks
 from cdc.sinks.formats import open_table, shown_name, target_refs
-from cdc.sinks.session import get_session
+from cdc.sinks.session import get_session, make_active
 from cdc.sinks.targets import PROP_SNAPSHOT, check_owner, check_protection, table_columns
 
 
@@ -203,7 +203,9 @@ def registry_of(settings: Settings, reg: TableRegistration) -> SchemaRegistry | 
 
 def start_query(spark, settings: Settings, reg: TableRegistration, available_now: bool, tables: int = 1):
     """The table's regular query: from its checkpoint, or from the table's committed
-    offsets when the checkpoint is missing or stale; `tables` run in the application."""
+    offsets when the checkpoint is missing or stale; `tables` run in the application. It
+    may start on any thread (`Supervisor.start_all`): `spark` becomes the thread's active session."""
+    make_active(spark)
     target = open_target(spark, settings, reg)
     checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
     if checkpoint_is_stale(reg.name, target.topic, target.committed, committed_end_offsets(checkpoint)):

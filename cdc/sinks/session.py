@@ -115,6 +115,13 @@ def get_session(settings: Settings, app_name: str = "cdc"):
     return spark
 
 
+def make_active(spark) -> None:
+    """`spark` as the calling thread's active session. Spark and Iceberg read a session's
+    settings (the catalogs among them) through the thread's active session; a thread that
+    did not create one has none, and they then see none of the settings."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+
+
 _launched: dict[str, subprocess.Popen] = {}  # "jvm": the driver JVM this process started
 
 
