@@ -498,15 +498,22 @@ class Supervisor:
         self.outcome()
 
     def poll(self) -> None:
-        """One look at the queries: restart the failed ones, try given-up tables again when due."""
+        """One look at the queries: restart the failed ones, try given-up tables again when due.
+        Each look at a query is a call into the driver's JVM, so a second's wait for any query
+        to end comes first: the queries are looked at only once one has ended, and a running
+        query's progress only while its table is retrying (a hundred quiet tables would
+        otherwise cost a share of a core)."""
         try:
-            self.spark.streams.awaitAnyTermination(1)  # seconds
+            ended = bool(self.spark.streams.awaitAnyTermination(1))  # seconds
         except Exception:  # noqa: BLE001 - a query failed: handled below
-            pass
-        self.spark.streams.resetTerminated()
+            ended = True
+        if ended:  # before the look: a query ending after it is seen at the next poll
+            self.spark.streams.resetTerminated()
         for name, q in list(self.queries.items()):
+            if not ended and name not in self.failing_since:
+                continue
             if q.isActive:
-                if _input_rows(q.lastProgress) > 0:
+                if name in self.failing_since and _input_rows(q.lastProgress) > 0:
                     self.recovered(name)
                 continue
             exc = q.exception()

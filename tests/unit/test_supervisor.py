@@ -158,6 +158,52 @@ def test_a_given_up_table_is_tried_again_when_due(tmp_path, monkeypatch):
     assert not sup.failed and set(sup.queries) == {"s.a", "s.b"}
 
 
+def test_a_poll_looks_at_the_queries_only_once_one_has_ended(tmp_path, monkeypatch):
+    """Quiet tables cost no call into the JVM a second: a query is looked at when one has
+    ended, and a running query's progress only while its table is retrying."""
+
+    class Looked(FakeQuery):
+        looks = 0
+
+        @property
+        def isActive(self):
+            Looked.looks += 1
+            return self.active
+
+        @isActive.setter
+        def isActive(self, value):
+            self.active = value
+
+    class Streams:
+        ended = False
+
+        def awaitAnyTermination(self, timeout):
+            return self.ended
+
+        def resetTerminated(self):
+            self.ended = False
+
+    replacement = Looked()
+    sup = isolated(tmp_path, monkeypatch, {"s.a": [Looked(), replacement], "s.b": Looked()})
+    sup.spark.streams = streams = Streams()
+    sup.settings = Settings(stack=sup.settings.stack, spark=SparkSettings(retry_for_s=60))
+    sup.start_or_fail("s.a")
+    sup.start_or_fail("s.b")
+    sup.poll()
+    assert Looked.looks == 0
+    failed = sup.queries["s.a"]
+    failed.active, failed.error, streams.ended = False, DependencyError("Kafka is unreachable"), True
+    sup.poll()  # restarted
+    assert sup.queries["s.a"] is replacement and "s.a" in sup.failing_since and Looked.looks == 2
+    sup.poll()  # s.a retrying: only its query is looked at, and it has read nothing yet
+    assert Looked.looks == 3 and "s.a" in sup.failing_since
+    replacement.lastProgress = {"numInputRows": 5}
+    sup.poll()
+    assert Looked.looks == 4 and "s.a" not in sup.failing_since
+    sup.poll()
+    assert Looked.looks == 4
+
+
 def test_batch_sizing_caps_a_backlog_and_waits_for_a_minimum_only_when_continuous():
     from cdc.config.models import TableOptions
     from cdc.jobs.backlog import batch_sizing
