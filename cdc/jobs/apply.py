@@ -161,7 +161,7 @@ class TableApplier:
             table = open_table(spark, self.target_ref)
             summary = table.last_committed_summary()
         committed = commits.parse_offsets(summary).get(self.topic, {})
-        if committed and self.skip_committed:  # what the table holds (a re-run batch, a lost checkpoint)
+        if committed and self.skip_committed and self._may_hold_part(committed, batch_id):
             seen = None
             for p, o in committed.items():
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
@@ -314,6 +314,18 @@ class TableApplier:
                                   table=self.name)
         log(f"{total} bad record(s) of batch {batch_id} set aside in {self.dead_letters_ref}", table=self.name,
             event="dead-letters", level="warning", records=total, batch_id=batch_id)
+
+    def _may_hold_part(self, committed: dict[int, int], batch_id: int) -> bool:
+        """Whether the table may hold records of this batch (a re-run batch, a lost
+        checkpoint), which are then filtered out: its commits pass where the batch starts (the
+        end of the batch before it in the checkpoint's offset log); unknown (a first batch, no
+        log): yes. Only then: the filter's offsets would make new generated code, compiled and
+        then optimized by the JVM, at every batch."""
+        start = batch_end_offsets(self.checkpoint, batch_id - 1) if self.checkpoint is not None and batch_id else None
+        if start is None:
+            return True
+        start = start.get(self.topic, {})
+        return any(o > start.get(p, 0) for p, o in committed.items())
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:
         """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""
