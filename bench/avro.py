@@ -10,11 +10,11 @@ import struct
 
 import fastavro
 
+from bench.apply import ONE_BATCH
 from bench.workload import Events, changes, fill, produce, recorded_update, registration, timed
 from cdc.decoding.avro import SchemaRegistry
 from cdc.jobs.runner import run
 
-ONE_BATCH = {"max_offsets_per_trigger": 2 ** 31 - 1}  # as the apply section's backlog: one batch
 AVRO_SOURCE = "bench_avro"  # the first source again, its connector writing Avro through the schema registry
 
 
