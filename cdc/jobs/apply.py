@@ -43,6 +43,7 @@ SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE name
 KEEP_PLANS = 16  # batch expressions a table keeps built (a change of columns or refused schemas builds others)
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
+SMALL_FILE_BYTES = 1 << 20  # a running job rewrites data files under this size (`compact_every_files`)
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
              "io.delta.exceptions.Concurrent")
 
@@ -123,6 +124,7 @@ class TableApplier:
     format_version: int = 3  # an Iceberg target's format is raised to it (CatalogSettings.format_version)
     buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
     forget_every_s: float = FORGET_EVERY_S
+    compact_every_files: int = 0  # data files added between two rewrites of the small ones (0: never)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -130,6 +132,7 @@ class TableApplier:
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
     forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
     plans: dict = field(default_factory=dict, repr=False)  # `_plan`'s, by what they were built for
+    compacted_at: int | None = field(default=None, repr=False)  # the target's data files after its last rewrite
 
     def prepare(self, spark) -> "TableApplier":
         """Raise an Iceberg target to the configured format, read the record schemas judged for
@@ -475,7 +478,34 @@ class TableApplier:
         if table.version() == before:
             table.commit_summary_only(props, self._txn(batch_id))
         crash_point("after-commit")
+        self._compact(spark, table)
         self._log_applied(stats, batch_id)
+
+    def _compact(self, spark, table) -> None:
+        """After a batch's commit, once `compact_every_files` data files were added to the
+        target since the job's first batch or its last rewrite: rewrite the small data files
+        of the target and of its delete memory into few. A MERGE reads every file of a small
+        table, so the files of batch after batch would make each batch cost more until `cdc
+        maintain` compacts them. A rewrite that fails (a race with `cdc maintain`) waits
+        until it is due again."""
+        if not self.compact_every_files or format_of(self.target_ref) == "delta":
+            return
+        files = table.data_files()
+        if self.compacted_at is None:
+            self.compacted_at = files
+        if files - self.compacted_at < self.compact_every_files:
+            return
+        with self.timer.step("compact"):
+            for part, target in (("target", table), ("delete memory", open_table(spark, self.deletes_ref))):
+                try:
+                    rewritten = target.compact_small_files(SMALL_FILE_BYTES)
+                except Exception as e:  # noqa: BLE001 - the batch has committed: its job goes on
+                    log(f"the {part}'s small data files were not rewritten: {str(e).splitlines()[0][:300]}",
+                        table=self.name, event="compaction-skipped", level="warning", part=part)
+                    continue
+                log(f"rewrote {rewritten} small data files of the {part}", table=self.name, event="compacted",
+                    part=part, rewritten=rewritten, data_files=target.data_files())
+        self.compacted_at = table.data_files()
 
     def _bucketing(self, table) -> tuple[str, str] | None:
         """(the target's key bucket, the events' key bucket) when a small batch into this

@@ -97,6 +97,17 @@ class IcebergTarget:
     def last_committed_summary(self) -> dict | None:
         return iceberg_spark.last_committed_summary(self.table)
 
+    def data_files(self) -> int:
+        """The current snapshot's data files (from its summary)."""
+        snap = self.table.currentSnapshot()
+        return int((snap.summary().get("total-data-files") if snap is not None else None) or 0)
+
+    def compact_small_files(self, below_bytes: int) -> int:
+        """Rewrite the data files smaller than `below_bytes` into few; returns how many it rewrote."""
+        rewritten = iceberg_spark.rewrite_small_files(self.spark, self.table, below_bytes)
+        self.refresh()
+        return rewritten
+
     @contextmanager
     def undistributed(self):
         """The writes in this block keep each task's rows where they are, without first

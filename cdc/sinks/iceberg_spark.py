@@ -33,6 +33,17 @@ def raise_format_version(table, version: int) -> bool:
     return True
 
 
+def rewrite_small_files(spark, table, below_bytes: int) -> int:
+    """Iceberg's bin-packing rewrite of the table's data files smaller than `below_bytes`,
+    two or more in a partition, with their deletion vectors applied (the vectors then left
+    dangling are dropped); returns how many files it rewrote."""
+    action = spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(table)
+    for k, v in {"min-input-files": "2", "min-file-size-bytes": str(below_bytes),
+                 "use-starting-sequence-number": "false", "remove-dangling-deletes": "true"}.items():
+        action = action.option(k, v)
+    return int(action.execute().rewrittenDataFilesCount())
+
+
 def properties(table) -> dict[str, str]:
     return {k: table.properties().get(k) for k in table.properties().keySet().toArray()}
 

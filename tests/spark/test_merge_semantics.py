@@ -281,6 +281,39 @@ def test_delete_memory_past_its_horizon_is_forgotten_at_a_batch_and_not_again_by
     assert spark.table(h.applier.deletes_ref).count() == 1 and h.values() == {3: "c"}
 
 
+def test_a_running_job_rewrites_its_small_files_once_enough_were_added(scratch, table_name):
+    """Batch after batch adds data files; once `compact_every_files` were added, the job
+    rewrites the small ones after a batch's commit: the target holds the same rows in fewer
+    files, its deletes applied, and the next batch finds its offsets past the rewrite."""
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)
+    h.applier.compact_every_files = 6
+    lsn, expected = 100, {}
+
+    def batch(changes):
+        nonlocal lsn
+        for op, key, v in changes:
+            lsn += 10
+            h.topic.change(op, {"id": key, "v": v, "n": key}, lsn, lsn + 5)
+            if op == "d":
+                expected.pop(key, None)
+            else:
+                expected[key] = v
+        h.apply()
+
+    batch([("c", k, "a") for k in range(12)])
+    files = [catalog.load_table(h.ident).inspect.files().num_rows]
+    for round_ in range(4):  # updates and deletes spread over the partitions: files and deletion vectors
+        batch([("u", k, f"v{round_}") for k in range(round_, 12, 2)] + [("d", 11 - round_, "")])
+        files.append(catalog.load_table(h.ident).inspect.files().num_rows)
+    operations = [s.summary.operation.value for s in catalog.load_table(h.ident).snapshots()]
+    assert "replace" in operations and max(files) >= 6 and files[-1] < max(files), (files, operations)
+    assert h.values() == expected
+    batch([("u", 0, "after")])  # the next batch resumes from the offsets past the rewrite
+    assert h.values() == expected and expected[0] == "after"
+    assert parse_offsets(h.summaries()[-1])[h.topic.name] == {0: h.topic.next_offset}
+
+
 def test_a_delete_memory_is_not_written_before_the_first_delete(scratch, table_name):
     """Job starts and batches without deletes leave the memory without a snapshot, so no
     batch reads it."""
