@@ -7,8 +7,9 @@
 One backlog topic in the recorded Debezium JSON shape (several changes per key, deletes
 then re-inserts, updates whose `v` is the unavailable-value placeholder); the truth
 computed from its events in offset order; each peer (delta-rs; Apache Hudi, its table made
-by the first batch or, as `hudi_precreated`, by an empty commit before it) run in its own
-virtualenv from the earliest offset to a committed table, and cdc itself on the same topic;
+by the first batch or, as `hudi_precreated`, by an empty commit before it; Flink SQL's
+debezium-json format into Apache Iceberg or Apache Paimon) run in its own virtualenv from
+the earliest offset to a committed table, and cdc itself on the same topic;
 each result read back and compared with the truth. Merges its figures into
 bench/results/latest.json."""
 from __future__ import annotations

@@ -15,8 +15,13 @@ from bench.systems.check import compare
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-PEERS = ("deltars", "hudi", "hudi_precreated")
-JOBS = {"hudi_precreated": ("hudi", ["--precreate"])}  # a peer run as another's job with extra arguments
+PEERS = ("deltars", "hudi", "hudi_precreated", "flink_iceberg", "flink_paimon", "flink_iceberg_ignore_errors",
+         "flink_paimon_ignore_errors")
+# a peer run as another's job with extra arguments
+JOBS = {"hudi_precreated": ("hudi", ["--precreate"]),
+        "flink_iceberg": ("flink", ["--sink", "iceberg"]), "flink_paimon": ("flink", ["--sink", "paimon"]),
+        "flink_iceberg_ignore_errors": ("flink", ["--sink", "iceberg", "--ignore-parse-errors"]),
+        "flink_paimon_ignore_errors": ("flink", ["--sink", "paimon", "--ignore-parse-errors"])}
 
 
 class PeerError(RuntimeError):
@@ -70,9 +75,10 @@ def command(name: str, python: Path, settings, topic: str, end: int, work: Path,
     job_name, extra = JOBS.get(name, (name, []))
     job = [str(python), str(HERE / job_name / "job.py"), "--bootstrap", settings.kafka_bootstrap, "--topic", topic,
            "--table", str(work / f"{name}_table"), "--out", str(work / f"{name}_result"), "--batch", str(batch)]
+    if job_name in ("hudi", "flink"):
+        job += ["--jars", str(ROOT / ".cache" / "peers" / job_name / "jars"), "--end", str(end)]
     if job_name == "hudi":
-        job += ["--jars", str(ROOT / ".cache" / "peers" / "hudi" / "jars"), "--end", str(end),
-                "--table-type", table_type]
+        job += ["--table-type", table_type]
     return job + extra
 
 
@@ -87,7 +93,8 @@ def run(name: str, settings, topic: str, end: int, expected: dict, work: Path, b
         done = subprocess.run(command(name, python, settings, topic, end, work, batch, table_type),
                               stdout=subprocess.PIPE, stderr=err, text=True, env=_env(python), timeout=timeout)
     if done.returncode:
-        raise PeerError(f"the {name} peer exited with {done.returncode}: see {log}")
+        last = next((line for line in reversed(log.read_text().splitlines()) if line.strip()), "")
+        raise PeerError(f"the {name} peer exited with {done.returncode}: see {log}; its last line: {last[:500]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
     result = pq.read_table(str(work / f"{name}_result"), columns=["id", "v", "n"]).to_pydict()
     check = compare(expected, zip(result["id"], result["v"], result["n"]))

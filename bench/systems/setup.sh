@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Each peer's own virtualenv under .cache/peers/<name>/ (never the project's .venv), and
-# the Hudi peer's jars. Fast the second time: a peer whose stamp is newer than its
-# requirements is left as it is.
-#   bash bench/systems/setup.sh [deltars] [hudi]
+# the Hudi and Flink peers' jars (from Maven Central through <peer>/pom.xml). Fast the
+# second time: a virtualenv whose stamp is newer than its requirements, and jars whose
+# stamp is newer than their pom, are left as they are.
+#   bash bench/systems/setup.sh [deltars] [hudi] [flink]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-python3.11}"
 peers=("$@")
-[ ${#peers[@]} -gt 0 ] || peers=(deltars hudi)
+[ ${#peers[@]} -gt 0 ] || peers=(deltars hudi flink)
 
 venv() {
   local name="$1" dir="$root/.cache/peers/$1"
@@ -22,11 +23,11 @@ venv() {
 
 for peer in "${peers[@]}"; do
   venv "$peer"
-  if [ "$peer" = hudi ]; then
-    jars="$root/.cache/peers/hudi/jars"
-    if ! [ -f "$jars/.stamp" ] || [ "$here/hudi/pom.xml" -nt "$jars/.stamp" ]; then
+  if [ -f "$here/$peer/pom.xml" ]; then
+    jars="$root/.cache/peers/$peer/jars"
+    if ! [ -f "$jars/.stamp" ] || [ "$here/$peer/pom.xml" -nt "$jars/.stamp" ]; then
       rm -rf "$jars"
-      mvn -B -q -s "$root/jvm/settings.xml" -f "$here/hudi/pom.xml" -Dpeer.jars="$jars" package
+      mvn -B -q -s "$root/jvm/settings.xml" -f "$here/$peer/pom.xml" -Dpeer.jars="$jars" package
       touch "$jars/.stamp"
     fi
   fi
