@@ -89,18 +89,21 @@ class IcebergTarget:
     def holds_no_rows(self) -> bool:
         return iceberg_spark.holds_no_rows(self.table)
 
+    def _total(self, key: str) -> int:
+        """A total of the current snapshot's summary (0 before the first snapshot)."""
+        snap = self.table.currentSnapshot()
+        return int((snap.summary().get(key) if snap is not None else None) or 0)
+
     def stored_bytes(self) -> int:
         """The size of the current snapshot's data files (from its summary)."""
-        snap = self.table.currentSnapshot()
-        return int((snap.summary().get("total-files-size") if snap is not None else None) or 0)
+        return self._total("total-files-size")
 
     def last_committed_summary(self) -> dict | None:
         return iceberg_spark.last_committed_summary(self.table)
 
     def data_files(self) -> int:
         """The current snapshot's data files (from its summary)."""
-        snap = self.table.currentSnapshot()
-        return int((snap.summary().get("total-data-files") if snap is not None else None) or 0)
+        return self._total("total-data-files")
 
     def compact_small_files(self, below_bytes: int) -> int:
         """Rewrite the data files smaller than `below_bytes` into few; returns how many it rewrote."""
