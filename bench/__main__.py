@@ -11,7 +11,9 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
 
 - apply: `apply_events_per_s` (`cdc run --available-now` over a backlog into an existing
   table), `append_limit_events_per_s` (the same job appending instead of merging),
-  `apply_vs_limit`; `apply_warm_events_per_s`, a second backlog into a table whose record
+  `apply_vs_limit`; `ladder`, the same job stopped at each step (raw consume into `noop`,
+  decode into `noop`, into Parquet, the append, the full MERGE) and each step's share;
+  `apply_warm_events_per_s`, a second backlog into a table whose record
   schemas were judged (as every batch of a running job after its first); the same change batch into a `small` and a `big` table,
   `merge_scaling_10m_vs_1m` (0.1M and 1M rows with --quick, 1M and 10M without);
   `small_batch_s`, a batch of 1,000 changes into the big table (its fixed cost), and

@@ -3,43 +3,14 @@ from __future__ import annotations
 
 import statistics
 
-from pyspark.sql import functions as F
-
+from bench import ladder
+from bench.ladder import ONE_BATCH
 from bench.workload import Events, changes, fill, produce, registration, timed
 from cdc.jobs import metrics
-from cdc.jobs.apply import TableApplier
-from cdc.jobs.runner import open_target, run, stream_query
-from cdc.planning.sql import q
-
-
-class AppendLimit(TableApplier):
-    """The job as it is up to the apply step (read, skip what is held, decode), which
-    appends every decoded change instead of merging: what the same job costs without MERGE."""
-
-    def _apply(self, spark, table, batch, events, summary, committed, planned_end, batch_id) -> None:
-        (events.where("_error IS NULL AND _op IN ('c', 'u', 'r', 'd')")
-         .select(*[F.col(q(c.name)) for c in self.columns], F.col("_op").alias("_cdc_op"),
-                 F.col("_position").alias("_cdc_position"), F.col("_source_ts").alias("_cdc_source_ts"),
-                 F.col("_partition").alias("_cdc_kafka_partition"), F.col("_offset").alias("_cdc_kafka_offset"))
-         .writeTo(self.target_ref).append())
-
-
-def append_limit(spark, settings, reg) -> None:
-    """The append-only job over the whole of `reg`'s topic."""
-    target = open_target(spark, settings, reg)
-    checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
-    stream_query(spark, settings, reg, target, checkpoint, {"startingOffsets": "earliest"}, available_now=True,
-                 applier_type=AppendLimit).awaitTermination()
-
-
-def _append_limit_s(spark, settings, catalog, template, topic: str, rows: int) -> float:
-    limit = registration(settings, "append_limit", **ONE_BATCH)
-    fill(spark, settings, catalog, limit, template, rows, topic=topic)
-    return timed(lambda: append_limit(spark.newSession(), settings, limit))
+from cdc.jobs.runner import run
 
 
 SMALL_BATCH = 1_000  # changes in the batch whose fixed cost is measured
-ONE_BATCH = {"max_offsets_per_trigger": 2 ** 31 - 1}  # a backlog measured as one batch, whatever the automatic cap
 
 
 def _small_batch(settings, reg, topic: str, key_doc, value_doc, rows: int, after: int, times: int = 3) -> dict:
@@ -74,7 +45,11 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     apply_s = timed(lambda: run(settings, [small], available_now=True))
     print(f"apply: {n:,} events in {apply_s:.1f}s, {n / apply_s:,.0f} events/s", flush=True)
 
-    limit_s = min(_append_limit_s(spark, settings, catalog, template, topic, sizes["small"]) for _ in range(2))
+    limit_s = min(ladder.rung_s(spark, settings, catalog, template, topic, "decode_append", rows=sizes["small"])
+                  for _ in range(2))
+    # The same job stopped below the append: reading alone, decoding into nothing, into Parquet.
+    rungs = {rung: min(ladder.rung_s(spark, settings, catalog, template, topic, rung) for _ in range(2))
+             for rung in ("raw_consume", "decode_noop", "decode_parquet")}
     print(f"append limit: {n:,} events in {limit_s:.1f}s, {n / limit_s:,.0f} events/s (the better of two runs)",
           flush=True)
 
@@ -106,5 +81,6 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
         "apply_vs_limit": round(limit_s / apply_s, 3), "apply_warm_events_per_s": round(n / warm_s),
         "merge_small_s": round(small_s, 2), "cdc_apply_steps_s": round(merge_s, 2), "merge_big_s": round(big_s, 2),
         "merge_scaling_10m_vs_1m": round(big_s / small_s, 3), **small_batch,
+        **ladder.figures(n, {**rungs, "decode_append": limit_s, "merge": apply_s}),
     }
     return figures, {"reg": small, "topic": topic, "apply_s": apply_s, "merge_s": merge_s}

@@ -10,7 +10,7 @@ import struct
 
 import fastavro
 
-from bench.apply import ONE_BATCH
+from bench.ladder import ONE_BATCH
 from bench.workload import Events, changes, fill, produce, recorded_update, registration, timed
 from cdc.decoding.avro import SchemaRegistry
 from cdc.jobs.runner import run
