@@ -102,11 +102,15 @@ class Events:
     def __init__(self, key: dict, value: dict):
         self.key, self.value, self.lsn = key, value, 1 << 40
 
-    def make(self, op: str, row_id: int, v: str) -> tuple[bytes, bytes]:
+    def make(self, op: str, row_id: int, v: str, before: str | None = None) -> tuple[bytes, bytes]:
+        """Change `op` of row `row_id` to `v`; with `before`, the old row's `v`, the whole old
+        row is the event's `before` (as with PostgreSQL's `REPLICA IDENTITY FULL`)."""
         key = copy.deepcopy(self.key)
         key["payload"] = {"id": row_id}
         value = copy.deepcopy(self.value)
         self.change(value["payload"], op, row_id, v)
+        if before is not None:
+            value["payload"]["before"] = {**(value["payload"]["after"] or value["payload"]["before"]), "v": before}
         return (json.dumps(key, separators=(",", ":")).encode(),  # compact, as the JSON converter writes
                 json.dumps(value, separators=(",", ":")).encode())
 

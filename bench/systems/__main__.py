@@ -10,11 +10,14 @@ computed from its events in offset order; each peer (delta-rs; Apache Hudi, its 
 by the first batch or, as `hudi_precreated`, by an empty commit before it; Flink SQL's
 debezium-json format into Apache Iceberg or Apache Paimon) run in its own virtualenv from
 the earliest offset to a committed table, and cdc itself on the same topic;
-each result read back and compared with the truth. Merges its figures into
+each result read back and compared with the truth. With `--replica-identity full` the
+backlog has the shape of a source table of `REPLICA IDENTITY FULL` (each update's and
+delete's `before` the whole old row, no placeholder), which Flink's debezium-json needs. Merges its figures into
 bench/results/latest.json."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -57,9 +60,10 @@ def recorded(settings) -> tuple[dict, dict]:
     return record_template(settings)
 
 
-def backlog(settings, key_doc, value_doc, events: int, keys: int, seed: int) -> tuple[str, int]:
-    """The topic holding the backlog (produced unless an earlier run left it whole) and its end offset."""
-    topic = f"bench.systems_backlog_{events}_{keys}_{seed}"
+def backlog(settings, key_doc, value_doc, events: int, keys: int, seed: int, full: bool) -> tuple[str, int]:
+    """The topic holding the backlog (produced unless an earlier run left it whole) and its end
+    offset; `full`: in the shape of a table of `REPLICA IDENTITY FULL` (workload.full_identity)."""
+    topic = f"bench.systems_backlog_{events}_{keys}_{seed}" + ("_full" if full else "")
     ensure_topics(kafka_access(settings), [topic], settings.kafka)
     low, high = watermarks(kafka_access(settings), topic)[0]
     if (low, high) == (0, events):
@@ -70,7 +74,9 @@ def backlog(settings, key_doc, value_doc, events: int, keys: int, seed: int) -> 
                            f"delete the topic, or choose another --seed")
     ev = Events(key_doc, value_doc)
     started = time.monotonic()
-    produce(settings, topic, (ev.make(c.op, c.id, c.v) for c in workload.changes(keys, events, seed)))
+    stream = workload.changes(keys, events, seed)
+    produce(settings, topic, (ev.make(c.op, c.id, c.v, before) for c, before in workload.full_identity(stream))
+            if full else (ev.make(c.op, c.id, c.v) for c in stream))
     print(f"backlog: {events:,} events into {topic} in {time.monotonic() - started:.1f}s", flush=True)
     return topic, watermarks(kafka_access(settings), topic)[0][1]
 
@@ -100,10 +106,10 @@ def figures(runs: list[peers.Run], previous: dict, sizes: dict, stats: dict) -> 
     out = {"systems_sizes": {**sizes, **stats}}
     for r in runs:
         out.update(r.figures())
-    cdc = next((r for r in runs if r.name == "cdc"), None)
+    cdc = next((r for r in runs if r.name.startswith("cdc")), None)
     ours = cdc.events_per_s if cdc else previous.get("apply_events_per_s")
     for r in runs:
-        if r.name != "cdc" and ours:
+        if r is not cdc and ours:
             out[f"cdc_vs_{r.name}_events_per_s"] = round(ours / r.events_per_s, 3)
     return out
 
@@ -128,6 +134,10 @@ def main() -> int:
     parser.add_argument("--keys", type=int, help="keys the backlog changes (overrides the size)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--only", help=f"comma-separated systems of {', '.join(SYSTEMS)} (default: all)")
+    parser.add_argument("--replica-identity", default="default", choices=["default", "full"],
+                        help="the backlog in the shape of a source table of this replica identity: full fills "
+                             "each update's and delete's `before` (Flink's debezium-json needs it); its figures "
+                             "are named with _full_identity")
     parser.add_argument("--batch", type=int, default=100_000, help="records per peer batch (commit)")
     parser.add_argument("--hudi-table-type", default="COPY_ON_WRITE", choices=["COPY_ON_WRITE", "MERGE_ON_READ"])
     parser.add_argument("--no-results", action="store_true", help="print the figures without merging them into "
@@ -147,21 +157,23 @@ def main() -> int:
     changes = list(workload.changes(sizes["keys"], sizes["events"], args.seed))
     expected, stats = workload.truth(changes), workload.stats(changes)
     print(f"workload: {stats}; {len(expected):,} rows expected", flush=True)
-    topic, end = backlog(settings, key_doc, value_doc, sizes["events"], sizes["keys"], args.seed)
+    full = args.replica_identity == "full"
+    topic, end = backlog(settings, key_doc, value_doc, sizes["events"], sizes["keys"], args.seed, full)
 
     runs, failed = [], {}
     for name in only:
         print(f"== {name}", flush=True)
+        label = f"{name}_full_identity" if full else name
         try:
             if name == "cdc":
                 r = run_cdc(settings, topic, end, expected)
             else:
                 r = peers.run(name, settings, topic, end, expected, work, args.batch, args.hudi_table_type)
         except Exception as e:  # one system's failure is reported, the others still run
-            failed[name] = f"{type(e).__name__}: {e}"
-            print(f"{name} failed: {failed[name]}", flush=True)
+            failed[label] = f"{type(e).__name__}: {e}"
+            print(f"{name} failed: {failed[label]}", flush=True)
             continue
-        runs.append(r)
+        runs.append(dataclasses.replace(r, name=label))
         print(f"{name}: {r.events:,} events, job {r.job_s:.1f}s (start-up {r.startup_s:.1f}s), "
               f"{r.events_per_s:,.0f} events/s after start-up; "
               f"{'correct' if r.check['correct'] else 'WRONG: ' + r.check['wrong']} {r.detail or ''}", flush=True)
@@ -170,7 +182,7 @@ def main() -> int:
     update = figures(runs, previous, sizes, stats)
     update.update({f"peer_{name}_failed": reason for name, reason in failed.items()})
     # kept apart too: a `python -m bench` run started earlier rewrites latest.json without them
-    (work / f"figures-{sizes['events']}.json").write_text(json.dumps(update, indent=2) + "\n")
+    (work / f"figures-{sizes['events']}{'-full' if full else ''}.json").write_text(json.dumps(update, indent=2) + "\n")
     if not args.no_results:
         merge_results(update)
     print(json.dumps(update, indent=2))

@@ -45,7 +45,7 @@ class Run:
         return self.events / (self.job_s - self.startup_s)
 
     def figures(self) -> dict:
-        p = "systems_cdc" if self.name == "cdc" else f"peer_{self.name}"
+        p = f"systems_{self.name}" if self.name.startswith("cdc") else f"peer_{self.name}"
         return {f"{p}_events_per_s": round(self.events_per_s), f"{p}_job_events_per_s": round(self.events / self.job_s),
                 f"{p}_job_s": round(self.job_s, 2), f"{p}_startup_s": round(self.startup_s, 2),
                 f"{p}_correct": self.check["correct"], f"{p}_wrong": self.check["wrong"],

@@ -45,6 +45,24 @@ def changes(keys: int, count: int, seed: int = 11, unavailable: float = 0.15,
             yield Change("u", row_id, f"u{i}")
 
 
+def full_identity(stream) -> Iterator[tuple[Change, str | None]]:
+    """Each change with the `v` its row held before it (None for an insert), as a table of
+    `REPLICA IDENTITY FULL` gives them: an update's and a delete's `before` is the whole old
+    row, and Debezium copies an unchanged TOASTed value from it into `after`, so the
+    placeholder never appears."""
+    stored: dict[int, str] = {}
+    for op, row_id, v in stream:
+        before = stored.get(row_id)
+        if op == "d":
+            stored.pop(row_id, None)
+            yield Change(op, row_id, v), before
+            continue
+        if v == UNAVAILABLE:
+            v = before
+        stored[row_id] = v
+        yield Change(op, row_id, v), before
+
+
 def truth(stream) -> dict[int, tuple[str, str]]:
     """The final table, `id -> (v, n)`, of changes applied in order: the last change per key
     wins, a delete removes the row, the placeholder keeps the stored `v`."""
