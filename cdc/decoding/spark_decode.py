@@ -49,19 +49,42 @@ def schema_head() -> SparkColumn:
             .otherwise(F.regexp_extract(text, SCHEMA_HEAD, 1)))
 
 
-def schema_fingerprint() -> SparkColumn:
+def schema_fingerprint(known: dict[int, str] | None = None) -> SparkColumn:
     """A record value's schema part as a 64-bit hash (null for a tombstone): the decode pass
-    collects them, so a batch whose schemas were all seen before is read once."""
-    return F.when(F.col("value").isNotNull(), F.xxhash64(schema_head()))
+    collects them, so a batch whose schemas were all seen before is read once. `known`:
+    fingerprints with their schema parts (`schema_heads`); a record that starts with one of
+    them is given its fingerprint without its text being searched for the payload, which
+    costs more than the rest of its decoding (the schema part is most of a record)."""
+    return F.when(F.col("value").isNotNull(), F.coalesce(_known_head(known), F.xxhash64(schema_head())))
 
 
-def value_schemas(batch: DataFrame) -> list[tuple[int, str]]:
+def _known_head(known: dict[int, str] | None) -> SparkColumn:
+    """The fingerprint of the `known` schema part a record value starts with (null for none)."""
+    text = F.col("value").cast("string")
+    return reduce(lambda acc, item: F.when(text.startswith(item[1] + SCHEMA_ENDS[0]), F.lit(item[0]).cast("bigint"))
+                  .otherwise(acc), (known or {}).items(), F.lit(None).cast("bigint"))
+
+
+def schema_heads(batch: DataFrame) -> dict[int, str]:
+    """The fingerprint and schema part of the batch's first record value (none for a batch
+    of tombstones): read from one record, a few milliseconds."""
+    first = (batch.where(F.col("value").isNotNull()).select(schema_head().alias("schema")).limit(1)
+             .select(F.xxhash64("schema").alias("fingerprint"), "schema").collect())
+    return {r["fingerprint"]: r["schema"] for r in first}
+
+
+def value_schemas(batch: DataFrame, known: dict[int, str] | None = None) -> list[tuple[int, str]]:
     """The distinct schema parts (`schema_head`) of a batch's values with their fingerprints,
-    oldest first (by the last offset each appears at)."""
-    found = (batch.where(F.col("value").isNotNull()).groupBy(schema_head().alias("schema"))
-             .agg(F.max("offset").alias("last")).select("schema", "last", F.xxhash64("schema").alias("fingerprint"))
-             .collect())
-    return [(r["fingerprint"], r["schema"]) for r in sorted(found, key=lambda r: r["last"])]
+    oldest first (by the last offset each appears at). Records starting with a `known` schema
+    part (or, with none known, the first record's) are matched by it, the others searched."""
+    known = dict(known or schema_heads(batch))
+    match = _known_head(known)
+    found = (batch.where(F.col("value").isNotNull())
+             .groupBy(match.alias("known"), F.when(match.isNull(), schema_head()).alias("schema"))
+             .agg(F.max("offset").alias("last"))
+             .select("known", "schema", "last", F.xxhash64("schema").alias("fingerprint")).collect())
+    return [(r["known"], known[r["known"]]) if r["known"] is not None else (r["fingerprint"], r["schema"])
+            for r in sorted(found, key=lambda r: r["last"])]
 
 
 def refusal(by: SparkColumn, refused: dict) -> SparkColumn | None:

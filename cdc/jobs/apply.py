@@ -18,7 +18,7 @@ from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
 from cdc.decoding.envelope import row_fields
-from cdc.decoding.spark_decode import NON_DATA, decoder, refusal, schema_fingerprint, value_schemas
+from cdc.decoding.spark_decode import NON_DATA, decoder, refusal, schema_fingerprint, schema_heads, value_schemas
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
 from cdc.log import log
@@ -42,6 +42,7 @@ FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job la
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
 KEEP_PLANS = 16  # batch expressions a table keeps built (a change of columns or refused schemas builds others)
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
+KEEP_HEADS = 8  # schema parts a job matches records by (a record of another is searched for its payload)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 SMALL_FILE_BYTES = 1 << 20  # a running job rewrites data files under this size (`compact_every_files`)
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
@@ -130,6 +131,7 @@ class TableApplier:
     # or None; in each batch's commit summary, so the next process has them): a batch holding
     # only those is decoded without a scan.
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
+    heads: dict[int, str] = field(default_factory=dict, repr=False)  # schema parts by fingerprint, newest last
     forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
     plans: dict = field(default_factory=dict, repr=False)  # `_plan`'s, by what they were built for
     compacted_at: int | None = field(default=None, repr=False)  # the target's data files after its last rewrite
@@ -171,6 +173,9 @@ class TableApplier:
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
         if self.registry is None and self.schemas:
+            if not self.heads:  # this process's first batch: what its records' schema part looks like
+                with self.timer.step("schema"):
+                    self._learn_heads(schema_heads(batch))
             try:
                 return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
             except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
@@ -206,10 +211,11 @@ class TableApplier:
         fingerprinted = self.registry is None and trusted
 
         def build():
-            by = schema_fingerprint() if self.registry is None else F.col(avro.VALUE_SCHEMA_ID)
+            by = schema_fingerprint(self.heads) if self.registry is None else F.col(avro.VALUE_SCHEMA_ID)
             return decoder(self.columns, self.key, self.source_kind, refusal(by, refused),
-                           schema_fingerprint() if fingerprinted else None, self.masked, headers)
-        return self._plan(("decode", tuple(sorted(refused.items())), fingerprinted, headers), build)
+                           schema_fingerprint(self.heads) if fingerprinted else None, self.masked, headers)
+        return self._plan(("decode", tuple(sorted(refused.items())), fingerprinted, headers, tuple(self.heads)),
+                          build)
 
     def _plan(self, found: tuple, build):
         """What `build` makes (a batch's Spark expressions, built once: each costs calls into
@@ -232,7 +238,9 @@ class TableApplier:
         if self.registry is not None:
             found = [(sid, avro.row_fields(text)) for sid, text in avro.value_schemas(batch, self.registry)]
         else:
-            found = [(fingerprint, row_fields(head + "}")) for fingerprint, head in value_schemas(batch)]
+            heads = value_schemas(batch, self.heads)
+            self._learn_heads(dict(heads))
+            found = [(fingerprint, row_fields(head + "}")) for fingerprint, head in heads]
         refused: dict = {}
         for schema, fields in found:
             if reason := self._untakeable([f["field"] for f in fields]):
@@ -242,6 +250,12 @@ class TableApplier:
         if self.registry is None and judged.keys() - self.schemas.keys():  # the target has their columns now
             self.schemas = dict(list({**self.schemas, **judged}.items())[-KEEP_SCHEMAS:])
         return refused
+
+    def _learn_heads(self, heads: dict[int, str]) -> None:
+        """Keep the schema parts of the newest fingerprints seen (schema_fingerprint's `known`)."""
+        if heads.keys() - self.heads.keys():
+            kept = {**{k: v for k, v in self.heads.items() if k not in heads}, **heads}
+            self.heads = dict(list(kept.items())[-KEEP_HEADS:])
 
     def _add_columns(self, spark, table, schemas: list[list[dict]]) -> None:
         """The columns of the batch's takeable record schemas (oldest first) added to the

@@ -159,3 +159,31 @@ def test_schema_part_is_found_whatever_the_spacing(spark):
     heads = [r[0] for r in spark.createDataFrame(rows, KAFKA).orderBy("offset").select(schema_head()).collect()]
     assert [row_fields(h + "}") for h in heads] == [[{"field": "payload", "type": "string", "name": None,
                                                       "parameters": None}]] * 3
+
+
+def test_a_record_starting_with_a_known_schema_part_gets_the_fingerprint_a_search_gives(spark):
+    """Records matched by a known schema part, and those searched for their payload (Python's
+    spacing, another schema, one naming a field `payload`, no schema, a tombstone) get one
+    fingerprint per schema part; the batch's distinct schema parts are the same whatever is known."""
+    from pyspark.sql import functions as F
+
+    from cdc.decoding.spark_decode import schema_fingerprint, schema_head, schema_heads, value_schemas
+
+    def message(fields, op="c"):
+        return {"schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+            {"field": f, "type": "string"} for f in fields]}]}, "payload": {"op": op, "after": {"id": 1}}}
+    compact = lambda m: json.dumps(m, separators=(",", ":"))  # noqa: E731
+    values = [compact(message(["id"])), compact(message(["id"], "u")), json.dumps(message(["id"])),
+              compact(message(["id", "payload"])), '{"payload":{"op":"c"}}', None, compact(message(["id"], "d"))]
+    rows = [(None, v.encode() if v else None, "t", 0, i) for i, v in enumerate(values)]
+    batch = spark.createDataFrame(rows, KAFKA)
+    searched = [r[0] for r in batch.orderBy("offset").select(schema_fingerprint()).collect()]
+    assert searched[0] == searched[1] == searched[6] and searched[5] is None and len(set(searched) - {None}) == 4
+    first = schema_heads(batch.orderBy("offset"))
+    assert list(first) == [searched[0]]
+    assert [r[0] for r in batch.orderBy("offset").select(schema_fingerprint(first)).collect()] == searched
+    heads = {r[0] for r in batch.where(F.col("value").isNotNull()).select(schema_head()).collect()}
+    expected = value_schemas(batch, {})
+    assert [fp for fp, _ in expected] == [searched[i] for i in (2, 3, 4, 6)]  # by the last offset of each
+    assert value_schemas(batch, first) == expected == value_schemas(batch)
+    assert {head for _, head in expected} == heads
