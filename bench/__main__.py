@@ -28,7 +28,7 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
 - backlog: `backlog_events_per_s` (a long outage's backlog, 5M changes or 500k with --quick,
   caught up with the default batch sizing), `backlog_vs_append_limit`, `backlog_batches`,
   `backlog_peak_rss_mb` (the driver JVM's peak resident memory meanwhile);
-  `backlog_5m_events_per_s` at full size.
+  `backlog_5m_events_per_s` at full size (or with `--backlog-events 5000000`).
 - freshness: `freshness_p50_s`, `freshness_p95_s` (source commit to visible in Iceberg) at
   `freshness_rate_events_per_s` through the real connector.
 - tables: one continuous `cdc run` over 100 tables with Zipf-like change rates adding up to
@@ -90,13 +90,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the same measurements at a size for about ten minutes")
     parser.add_argument("--only", help=f"comma-separated sections of {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--backlog-events", type=int, help="changes in the backlog section's backlog (5,000,000 "
+                                                          "records backlog_5m_events_per_s with --quick too)")
     parser.add_argument("--config", default=str(ROOT / "cdc.yaml"), help="the cdc.yaml of the stack to use")
     args = parser.parse_args()
     only = SECTIONS if not args.only else tuple(s.strip() for s in args.only.split(","))
     if unknown := [s for s in only if s not in SECTIONS]:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     mode = "quick" if args.quick else "full"
-    sizes = SIZES[mode]
+    sizes = {**SIZES[mode], **({"backlog": args.backlog_events} if args.backlog_events else {})}
     base = load_settings(args.config)
     settings = bench_settings(base, base.state_dir / "bench")
     settings = settings.model_copy(update={"spark": settings.spark.model_copy(
