@@ -28,3 +28,16 @@ def test_without_spark_submit_cdc_yaml_sets_master_and_jars(tmp_path, monkeypatc
     conf = session_conf(Settings(root=tmp_path, jars_dir=tmp_path / "jars"), "cdc", submitted_conf())
     assert conf["spark.master"] == "local[2]"
     assert conf["spark.jars"] == str(tmp_path / "jars" / "spark" / "iceberg.jar")
+
+
+def test_the_driver_keeps_its_heap_small_unless_spark_submit_sets_its_java_options(tmp_path):
+    """G1 may take more of the time and gives free heap back (DRIVER_GC); options given to
+    spark-submit replace cdc's."""
+    from cdc.sinks.session import DRIVER_GC
+
+    settings = Settings(root=tmp_path, jars_dir=tmp_path / "no-jars")
+    given = {"spark.jars": "s3://jars/iceberg.jar"}
+    assert session_conf(settings, "cdc", given)["spark.driver.extraJavaOptions"].endswith(DRIVER_GC)
+    assert "-XX:GCTimeRatio=4" in DRIVER_GC.split()
+    given["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+    assert "spark.driver.extraJavaOptions" not in session_conf(settings, "cdc", given)
