@@ -67,7 +67,7 @@ def _known_head(known: dict[int, str] | None) -> SparkColumn:
 
 def schema_heads(batch: DataFrame) -> dict[int, str]:
     """The fingerprint and schema part of the batch's first record value (none for a batch
-    of tombstones): read from one record, a few milliseconds."""
+    of tombstones): a small Spark job reading one record (about 0.1 s), once per process."""
     first = (batch.where(F.col("value").isNotNull()).select(schema_head().alias("schema")).limit(1)
              .select(F.xxhash64("schema").alias("fingerprint"), "schema").collect())
     return {r["fingerprint"]: r["schema"] for r in first}
