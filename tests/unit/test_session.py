@@ -31,13 +31,15 @@ def test_without_spark_submit_cdc_yaml_sets_master_and_jars(tmp_path, monkeypatc
 
 
 def test_the_driver_keeps_its_heap_small_unless_spark_submit_sets_its_java_options(tmp_path):
-    """G1 may take more of the time and gives free heap back (DRIVER_GC); options given to
-    spark-submit replace cdc's."""
-    from cdc.sinks.session import DRIVER_GC
+    """G1 may take more of the time and gives free heap back (DRIVER_GC), down to half of
+    `driver_memory`; options given to spark-submit replace cdc's."""
+    from cdc.sinks.session import DRIVER_GC, driver_gc
 
-    settings = Settings(root=tmp_path, jars_dir=tmp_path / "no-jars")
+    settings = Settings(root=tmp_path, jars_dir=tmp_path / "no-jars", spark={"driver_memory": "3g"})
     given = {"spark.jars": "s3://jars/iceberg.jar"}
-    assert session_conf(settings, "cdc", given)["spark.driver.extraJavaOptions"].endswith(DRIVER_GC)
+    assert session_conf(settings, "cdc", given)["spark.driver.extraJavaOptions"].endswith(f"{DRIVER_GC} -Xms1536m")
     assert "-XX:GCTimeRatio=4" in DRIVER_GC.split()
+    assert driver_gc("2G").endswith(" -Xms1024m") and driver_gc("1000m").endswith(" -Xms500m")
+    assert driver_gc("1k") == driver_gc("2 gigabytes") == DRIVER_GC  # nothing to halve, or not the JVM's syntax
     given["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
     assert "spark.driver.extraJavaOptions" not in session_conf(settings, "cdc", given)
