@@ -726,7 +726,7 @@ class TableOptions(Frozen):
                     "change of that key cannot bring the row back; keep `kafka.topics.retention_hours` at least "
                     "this long.")
     compact_every_files: int = Field(
-        32, ge=0,
+        64, ge=0,
         description="A running job rewrites an Iceberg target's and its delete memory's small data files (under 1 "
                     "MiB) into few once this many data files were added since its start or its last rewrite, "
                     "between two batches: each batch adds files, and a batch's cost grows with the files it reads "
