@@ -114,8 +114,11 @@ def figures(runs: list[peers.Run], previous: dict, sizes: dict, stats: dict) -> 
     return out
 
 
-def merge_results(update: dict) -> None:
+def merge_results(update: dict, succeeded: list[str]) -> None:
+    """`update` written into latest.json; an earlier failure of a system that `succeeded` now is dropped."""
     current = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for name in succeeded:
+        current.pop(f"peer_{name}_failed", None)
     current.update(update)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
@@ -184,7 +187,7 @@ def main() -> int:
     # kept apart too: a `python -m bench` run started earlier rewrites latest.json without them
     (work / f"figures-{sizes['events']}{'-full' if full else ''}.json").write_text(json.dumps(update, indent=2) + "\n")
     if not args.no_results:
-        merge_results(update)
+        merge_results(update, [r.name for r in runs])
     print(json.dumps(update, indent=2))
     return 1 if failed else 0
 
