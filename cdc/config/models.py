@@ -730,7 +730,7 @@ class TableOptions(Frozen):
         description="A running job rewrites an Iceberg target's and its delete memory's small data files (under 1 "
                     "MiB) into few once this many data files were added since its start or its last rewrite, "
                     "between two batches: each batch adds files, and a batch's cost grows with the files it reads "
-                    "until they are rewritten (a rewrite costs about as much as 2 small batches). 0: never.")
+                    "until they are rewritten (a rewrite costs about as much as one or two small batches). 0: never.")
     snapshot_retention_hours: int = Field(
         24, ge=0,
         description="`cdc maintain` expires the target's snapshots older than this many hours (never the newest "

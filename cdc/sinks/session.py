@@ -26,14 +26,16 @@ LOG_CONFIG = Path(__file__).parent / "log4j2.properties"
 # backlog of 5M changes took the driver to 3.2 GB of resident memory with a 2 GB heap. With
 # 20% allowed and free heap given back after a collection, it peaked at 2.5 to 2.7 GB, as fast.
 # Given back down to half of `driver_memory` only (`driver_gc`): a heap shrunk to what is live
-# made G1 mark it again and again, 0.7 CPU seconds for each batch of a few records (0.03 s).
+# made G1 mark it again and again, 0.7 CPU seconds for each batch of a few records (0.03 to
+# 0.05 s with that floor).
 DRIVER_GC = "-XX:GCTimeRatio=4 -XX:MaxHeapFreeRatio=30 -XX:MinHeapFreeRatio=10"
-MEMORY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}  # of a JVM memory size
+# `spark.driver.memory`'s units; a number alone is MiB, as Spark reads it
+MEMORY_UNITS = {"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def driver_gc(driver_memory: str) -> str:
     """The driver JVM's collector options (DRIVER_GC), with an initial heap of half of
-    `driver_memory` (none for a size that is not the JVM's `<number>[k|m|g|t]`)."""
+    `driver_memory` (none for a size that is not Spark's `<number>[k|m|g|t][b]`)."""
     found = re.fullmatch(r"(\d+)([kmgt]?)b?", driver_memory.strip().lower())
     if not found:
         return DRIVER_GC

@@ -40,6 +40,7 @@ def test_the_driver_keeps_its_heap_small_unless_spark_submit_sets_its_java_optio
     assert session_conf(settings, "cdc", given)["spark.driver.extraJavaOptions"].endswith(f"{DRIVER_GC} -Xms1536m")
     assert "-XX:GCTimeRatio=4" in DRIVER_GC.split()
     assert driver_gc("2G").endswith(" -Xms1024m") and driver_gc("1000m").endswith(" -Xms500m")
+    assert driver_gc("2048").endswith(" -Xms1024m") and driver_gc("4gb").endswith(" -Xms2048m")  # MiB alone
     assert driver_gc("1k") == driver_gc("2 gigabytes") == DRIVER_GC  # nothing to halve, or not the JVM's syntax
     given["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
     assert "spark.driver.extraJavaOptions" not in session_conf(settings, "cdc", given)
