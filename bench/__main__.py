@@ -148,7 +148,7 @@ def main() -> int:
         elif section == "freshness":
             figures = freshness.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"])
         else:
-            figures = tables.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
+            figures = tables.measure(spark, settings, catalog, sizes)
         results.update(figures)
         ran[section] = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit}
         RESULTS.mkdir(parents=True, exist_ok=True)

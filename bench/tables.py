@@ -1,5 +1,7 @@
-"""The many-tables section: one continuous `cdc run` over a hundred registered tables whose
-change rates follow a Zipf law (a few busy, most quiet) adding up to a total rate.
+"""The many-tables section: one continuous `cdc run` over a hundred registered tables of
+mixed widths (4, 12 and 36 columns in turn, each shape's events recorded from the real
+connector) whose change rates follow a Zipf law (a few busy, most quiet) adding up to a
+total rate.
 
 Figures: `tables_100_start_s` (from the job's start until every table has applied its
 first change), `tables_100_idle_cpu_share` (the CPU the job's driver, Python and JVM,
@@ -11,6 +13,7 @@ load."""
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from pathlib import Path
@@ -18,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench.freshness import Driver, commit_times, latencies, wait_applied
-from bench.workload import Events, changes, fill, jvm_pid, registration
+from bench.workload import WIDTHS, Events, changes, fill, jvm_pid, record_template, registration, template_name
 from cdc.config.clients import kafka_access
 from cdc.jobs.runner import run
 from cdc.register.topics import end_offsets
@@ -27,11 +30,14 @@ TICK_S = 0.1
 ZIPF_S = 1.5  # table i (from 1) gets a share of the rate proportional to 1 / i**ZIPF_S
 ROWS = 1_000  # rows of each target
 IDLE_S = 30
+RATES_SEED = 100  # the order rates are dealt to the tables in (`rates`)
 
 
 def rates(tables: int, total: float) -> list[float]:
-    """Each table's change events a second."""
+    """Each table's change events a second, dealt to the tables in an order of their own (the
+    same each run): a table's name tells nothing of its rate, as in a real deployment."""
     weights = [1 / (i + 1) ** ZIPF_S for i in range(tables)]
+    random.Random(RATES_SEED).shuffle(weights)
     return [total * w / sum(weights) for w in weights]
 
 
@@ -97,11 +103,13 @@ class Load(Driver):
         wait_applied(self.settings, self.catalog, self.targets, timeout_s=900)
 
 
-def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict) -> dict:
+def measure(spark, settings, catalog, sizes: dict) -> dict:
     n, total, seconds = sizes["tables"], sizes["tables_rate"], sizes["tables_s"]
+    shapes = [(registration(settings, template_name(w)), *record_template(settings, w)) for w in WIDTHS]
     regs = [registration(settings, f"many_{i:03d}") for i in range(n)]
-    topics = [fill(spark, settings, catalog, reg, template, ROWS) for reg in regs]
-    streams = [iter(changes(Events(key_doc, value_doc), ROWS, 1 << 40, seed=i)) for i in range(n)]
+    # Table i has shape i % 3: busy and quiet tables of every width.
+    topics = [fill(spark, settings, catalog, reg, shapes[i % len(shapes)][0], ROWS) for i, reg in enumerate(regs)]
+    streams = [iter(changes(Events(*shapes[i % len(shapes)][1:]), ROWS, 1 << 40, seed=i)) for i in range(n)]
     load = Load(settings, catalog, regs, topics, streams, rates(n, total), seconds, jvm_pid(spark))
     for topic, stream in zip(topics, streams):  # the first change of each table
         key, value = next(stream)
@@ -125,7 +133,7 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     print(f"tables: {n} tables, {len(every):,} events at {len(every) / measured:,.0f}/s: p50 {p[49]:.2f}s, "
           f"p95 {p[94]:.2f}s, worst table's p95 {worst:.2f}s; CPU idle {cpu['tables_100_idle_cpu_share']:.1%}, "
           f"under load {cpu['tables_100_cpu_share']:.1%}", flush=True)
-    return {**load.figures, "tables_100_freshness_p50_s": round(p[49], 2),
+    return {**load.figures, "tables_widths": list(WIDTHS), "tables_100_freshness_p50_s": round(p[49], 2),
             "tables_100_freshness_p95_s": round(p[94], 2),
             "tables_100_worst_table_p95_s": round(worst, 2),
             "tables_100_rate_events_per_s": round(len(every) / measured), "tables_count": n}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 import shutil
 import time
 from pathlib import Path
@@ -25,6 +26,12 @@ from cdc.sources import postgres
 
 SCHEMA = "bench"
 COLUMNS_SQL = "(id bigint PRIMARY KEY, v text, n numeric(12,2), at timestamptz)"
+# Columns a wider shape adds after the benchmark's four, each with a value in the recorded row.
+EXTRA_COLUMNS = ("integer DEFAULT 42", "text DEFAULT 'a text of some forty characters, as a name'",
+                 "boolean DEFAULT true", "double precision DEFAULT 3.25", "date DEFAULT '2026-01-31'",
+                 "timestamptz DEFAULT '2026-01-31 12:00:00+00'", "numeric(10,3) DEFAULT 1234.567",
+                 "bigint DEFAULT 9000000000", "varchar(64) DEFAULT 'short'", "smallint DEFAULT 7")
+WIDTHS = (4, 12, 36)  # the shapes of the many-tables section: columns of a table
 
 
 def bench_settings(settings, work: Path):
@@ -54,31 +61,43 @@ def registration(settings, name: str, captured: bool = False, source: str | None
     return reg
 
 
-def create_source_table(settings, reg: TableRegistration, rows: int = 0) -> None:
-    """The source table, emptied, holding `rows` rows."""
+def columns_sql(width: int = 4) -> str:
+    """The columns of a source table of `width` columns: the benchmark's four, then
+    EXTRA_COLUMNS' types in turn."""
+    extra = [f"c{i:02d} {EXTRA_COLUMNS[i % len(EXTRA_COLUMNS)]}" for i in range(width - 4)]
+    return COLUMNS_SQL if not extra else COLUMNS_SQL[:-1] + ", " + ", ".join(extra) + ")"
+
+
+def create_source_table(settings, reg: TableRegistration, rows: int = 0, width: int = 4) -> None:
+    """The source table of `width` columns (columns_sql), emptied, holding `rows` rows."""
     with postgres.connect(settings, reg.source.name) as conn:
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"')
-        conn.execute(f'CREATE TABLE IF NOT EXISTS {postgres.qualified(reg)} {COLUMNS_SQL}')
+        conn.execute(f'CREATE TABLE IF NOT EXISTS {postgres.qualified(reg)} {columns_sql(width)}')
         conn.execute(f"TRUNCATE {postgres.qualified(reg)}")
         if rows:
             conn.execute(f"INSERT INTO {postgres.qualified(reg)} SELECT g, md5(g::text), (g % 100000) + 0.25, "
                          f"now() FROM generate_series(0, {rows - 1}) g")
 
 
-def record_template(settings) -> tuple[dict, dict]:
-    """One real update event of the benchmark's table shape (key and value documents),
+def template_name(width: int = 4) -> str:
+    """The name of the registration whose target and recorded event give a shape's."""
+    return "recorded" if width == 4 else f"recorded_w{width}"
+
+
+def record_template(settings, width: int = 4) -> tuple[dict, dict]:
+    """One real update event of a table of `width` columns (key and value documents),
     captured by the real connector."""
-    key, value = recorded_update(settings, registration(settings, "recorded", captured=True))
+    key, value = recorded_update(settings, registration(settings, template_name(width), captured=True), width)
     key_doc, value_doc = json.loads(key), json.loads(value)
     if value_doc["payload"]["op"] != "u":
         raise RuntimeError(f"expected the recorded update, got an event of op {value_doc['payload']['op']}")
     return key_doc, value_doc
 
 
-def recorded_update(settings, reg: TableRegistration) -> tuple[bytes, bytes]:
+def recorded_update(settings, reg: TableRegistration, width: int = 4) -> tuple[bytes, bytes]:
     """The key and value, as Kafka holds them, of an update of `reg`'s source table (made
-    for it, with one row) captured by the real connector of its source."""
-    create_source_table(settings, reg, rows=1)
+    for it, with one row, of `width` columns) captured by the real connector of its source."""
+    create_source_table(settings, reg, rows=1, width=width)
     register(settings, [reg])
     with postgres.connect(settings, reg.source.name) as conn:
         conn.execute(f"UPDATE {postgres.qualified(reg)} SET v = md5(random()::text), n = n + 1 WHERE id = 0")
@@ -101,10 +120,13 @@ class Events:
 
     def __init__(self, key: dict, value: dict):
         self.key, self.value, self.lsn = key, value, 1 << 40
+        self.texts: dict[str, list[str]] = {}  # an op's value JSON cut around its varying fields
 
     def make(self, op: str, row_id: int, v: str, before: str | None = None) -> tuple[bytes, bytes]:
         """Change `op` of row `row_id` to `v`; with `before`, the old row's `v`, the whole old
         row is the event's `before` (as with PostgreSQL's `REPLICA IDENTITY FULL`)."""
+        if before is None:  # the same bytes as below, from the op's cut JSON (`fast`)
+            return self.fast(op, row_id, v)
         key = copy.deepcopy(self.key)
         key["payload"] = {"id": row_id}
         value = copy.deepcopy(self.value)
@@ -113,6 +135,29 @@ class Events:
             value["payload"]["before"] = {**(value["payload"]["after"] or value["payload"]["before"]), "v": before}
         return (json.dumps(key, separators=(",", ":")).encode(),  # compact, as the JSON converter writes
                 json.dumps(value, separators=(",", ":")).encode())
+
+    def fast(self, op: str, row_id: int, v: str) -> tuple[bytes, bytes]:
+        """`make` without copying and serializing the whole envelope again: a wide table's
+        event is tens of kilobytes, and the load of a hundred tables must not take the
+        machine's cores from the job it measures."""
+        if op not in self.texts:
+            value = copy.deepcopy(self.value)
+            p = value["payload"]
+            row = {**p["after"], "id": "@@id@@", "v": "@@v@@", "n": "@@n@@"}
+            p["before"], p["after"], p["op"] = (row, None, "d") if op == "d" else (None, row, op)
+            p["source"].update(lsn="@@lsn@@", txId="@@tx@@", ts_ms="@@ts@@", sequence="@@seq@@")
+            self.texts[op] = re.split(r'"@@(\w+)@@"', json.dumps(value, separators=(",", ":")))
+            key = copy.deepcopy(self.key)
+            key["payload"] = {"id": "@@id@@"}
+            self.texts["key"] = re.split(r'"@@(\w+)@@"', json.dumps(key, separators=(",", ":")))
+        self.lsn += 8
+        fields = {"id": str(row_id), "v": json.dumps(v), "n": f'"{row_id % 100000}.25"', "lsn": str(self.lsn),
+                  "tx": str(self.lsn % (1 << 31)), "ts": str(int(time.time() * 1000)),
+                  "seq": json.dumps(json.dumps([str(self.lsn - 4), str(self.lsn)]))}
+
+        def filled(parts: list[str]) -> bytes:
+            return "".join(fields[part] if i % 2 else part for i, part in enumerate(parts)).encode()
+        return filled(self.texts["key"]), filled(self.texts[op])
 
     def change(self, p: dict, op: str, row_id: int, v: str) -> None:
         """The envelope `p` (a copy of the recorded one's payload) made into change `op` of row
@@ -157,11 +202,13 @@ def produce(settings, topic: str, events) -> int:
     return n
 
 
-def initial_rows(spark, rows: int):
-    """`rows` rows of the benchmark shape with the `_cdc_*` columns of a bulk load."""
+def initial_rows(spark, rows: int, extra: tuple = ()):
+    """`rows` rows of the benchmark shape with the `_cdc_*` columns of a bulk load; the
+    `extra` columns (sources/types.Column) of a wider shape are null."""
     return spark.range(rows).select(
         F.col("id"), F.lit("initial").alias("v"), (F.col("id") % 100000 + F.lit(0.25)).cast("decimal(12,2)").alias("n"),
-        F.current_timestamp().alias("at"), F.lit("r").alias("_cdc_op"),
+        F.current_timestamp().alias("at"), *[F.lit(None).cast(c.spark_type).alias(c.name) for c in extra],
+        F.lit("r").alias("_cdc_op"),
         F.lit("0" * 57).alias("_cdc_position"), F.current_timestamp().alias("_cdc_source_ts"),
         F.lit(None).cast("int").alias("_cdc_kafka_partition"), F.lit(None).cast("bigint").alias("_cdc_kafka_offset"))
 
@@ -176,7 +223,8 @@ def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegist
         ensure_topics(kafka_access(settings), [topic], settings.kafka)
     drop_target(settings, catalog, reg)
     ensure_table(catalog, reg, columns, key, topic)
-    (initial_rows(spark, rows).writeTo(table_ref(settings.catalog.name, reg.target))
+    extra = [c for c in columns if c.name not in ("id", "v", "n", "at")]
+    (initial_rows(spark, rows, tuple(extra)).writeTo(table_ref(settings.catalog.name, reg.target))
      .option("snapshot-property.cdc.offsets", json.dumps({topic: {"0": 0}})).append())
     return topic
 
