@@ -45,8 +45,21 @@ KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is 
 KEEP_HEADS = 8  # schema parts a job matches records by (a record of another is searched for its payload)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 SMALL_FILE_BYTES = 1 << 20  # a running job rewrites data files under this size (`compact_every_files`)
+POOLS = 40  # size classes of batches (`size_pool`): 2**39 records and more share the first
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
              "io.delta.exceptions.Concurrent")
+
+
+def size_pool(table: str, records: int | None) -> str:
+    """The fair-scheduler pool of a batch of `records` of `table`: the table's pool of the
+    batch's size class (a power of two), the bigger classes named first. Spark's fair
+    scheduler gives a free core to the pool with the fewest running tasks and, between
+    pools running none (nearly always, with many tables on a few cores), to the name
+    sorting first: with a pool per table, tables whose names sorted first took the cores
+    whatever their changes. By size, the tables with the most changes waiting go first and
+    the others' few changes right after them (a batch of unknown size counts as a big one)."""
+    rank = 0 if records is None else max(0, POOLS - 1 - int(records).bit_length())
+    return f"cdc-batch-{rank:02d}-{table}"
 
 
 def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, table: str | None = None):
@@ -166,6 +179,8 @@ class TableApplier:
             table = open_table(spark, self.target_ref)
             summary = table.last_committed_summary()
         committed = commits.parse_offsets(summary).get(self.topic, {})
+        pool = size_pool(self.name, self._planned_records(batch_id, committed))
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         if committed and self.skip_committed and self._may_hold_part(committed, batch_id):
             seen = None
             for p, o in committed.items():
@@ -343,6 +358,16 @@ class TableApplier:
             return True
         start = start.get(self.topic, {})
         return any(o > start.get(p, 0) for p, o in committed.items())
+
+    def _planned_records(self, batch_id: int, committed: dict[int, int]) -> int | None:
+        """The records this batch was planned with, from the checkpoint's offset log (where
+        the batch before it ended, else where the table's commits end); None: unknown."""
+        end = self._planned_end(batch_id)
+        if not end:
+            return None
+        start = (batch_end_offsets(self.checkpoint, batch_id - 1) or {}).get(self.topic) if batch_id else None
+        start = start or committed
+        return sum(max(0, o - start.get(p, 0)) for p, o in end.items())
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:
         """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""

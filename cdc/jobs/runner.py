@@ -146,13 +146,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               .option("checkpointLocation", str(checkpoint)))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=f"{int(reg.options.trigger_interval_s * 1000)} milliseconds"))
-    # The query's jobs run in a fair-scheduler pool of the table's own: one busy table
-    # cannot starve the others of the application's cores.
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", reg.name)
-    try:
-        return writer.start()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+    return writer.start()  # a batch's jobs run in a fair-scheduler pool by its size (apply.size_pool)
 
 
 class BatchGate:
