@@ -35,7 +35,8 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
   2,000 events/s: `tables_100_start_s`, `tables_100_idle_cpu_share` (all quiet),
   `tables_100_freshness_p95_s`, `tables_100_worst_table_p95_s`, `tables_100_cpu_share`.
 
-Writes bench/results/latest.json and bench/results/latest.png.
+Writes bench/results/latest.json and latest.png (--quick: the figures the goals are measured
+by), or bench/results/full.json and full.png (the full size), so neither run replaces the other.
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def main() -> int:
     catalog = load_catalog(settings)
     key_doc, value_doc = record_template(settings)
     template = registration(settings, "recorded")
-    out = RESULTS / "latest.json"
+    stem = "latest" if mode == "quick" else "full"
+    out, chart_file = RESULTS / f"{stem}.json", RESULTS / f"{stem}.png"
     previous = json.loads(out.read_text()) if out.exists() and args.only else {}
     if previous.get("mode") not in (None, mode):
         previous = {}
@@ -155,9 +157,9 @@ def main() -> int:
         out.write_text(json.dumps(results, indent=2) + "\n")
     results["goals"] = {key: chart.met(results, key) for key, *_ in chart.GOALS}
     out.write_text(json.dumps(results, indent=2) + "\n")
-    chart.draw(results, RESULTS / "latest.png")
+    chart.draw(results, chart_file)
     print(json.dumps({k: v for k, v in results.items() if k not in ("machine", "sizes", "sections")}, indent=2))
-    print(f"results: {out}, chart: {RESULTS / 'latest.png'}")
+    print(f"results: {out}, chart: {chart_file}")
     return 0
 
 

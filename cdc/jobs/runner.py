@@ -122,8 +122,10 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               # A fetch that finds no record waits this long at the broker (Kafka's default
               # 500 ms), and a small batch's read met one: a batch of 5 records read in 0.57 s.
               .option("kafka.fetch.max.wait.ms", str(FETCH_WAIT_MS))
-              # a record up to the configured size comes in one fetch
-              .option("kafka.max.partition.fetch.bytes", str(settings.kafka.max_record_bytes))
+              # What a fetch takes of a partition, and so what each cached consumer holds between
+              # batches (the driver's JVM keeps one per partition read): a record bigger than
+              # this still comes whole, as the first batch of its fetch.
+              .option("kafka.max.partition.fetch.bytes", str(FETCH_PARTITION_BYTES))
               # A topic with fewer partitions than cores is still read and decoded on every core.
               .option("minPartitions", str(spark.sparkContext.defaultParallelism))
               .options(**batch_sizing(reg.options, available_now,
@@ -184,6 +186,7 @@ def stop_query(name: str, query) -> None:
 
 
 FETCH_WAIT_MS = 20  # the longest a task's fetch of its records waits at the broker for more
+FETCH_PARTITION_BYTES = 1 << 20  # the most a fetch takes of one partition (Kafka's default)
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
 FAILED_RETRY_S = 60.0  # how long a continuous job waits before it tries a failed table again
 START_THREADS = 4  # tables whose queries start at once: a start waits mostly on the catalog, Kafka and the JVM
