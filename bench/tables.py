@@ -6,10 +6,11 @@ total rate.
 Figures: `tables_100_start_s` (from the job's start until every table has applied its
 first change), `tables_100_idle_cpu_share` (the CPU the job's driver, Python and JVM,
 uses while every table is quiet, over all the machine's cores),
-`tables_100_freshness_p50_s`/`_p95_s` (every change event of every table, source time to
-the commit that made it visible), `tables_100_worst_table_p95_s` (the p95 of the table
-worst served, so a busy table starving the others shows) and `tables_100_cpu_share` under
-load."""
+`tables_100_idle_jit_share` (of it, the JVM's JIT compilers', still compiling the code
+the tables' start ran), `tables_100_freshness_p50_s`/`_p95_s` (every change event of every
+table, source time to the commit that made it visible), `tables_100_worst_table_p95_s` (the
+p95 of the table worst served, so a busy table starving the others shows) and
+`tables_100_cpu_share` under load."""
 from __future__ import annotations
 
 import os
@@ -48,6 +49,20 @@ def cpu_seconds(pid: int) -> float:
     return mine.user + mine.system + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def compiler_seconds(pid: int) -> float:
+    """The CPU time of the JVM's JIT compiler threads (`C1`/`C2 CompilerThread`) so far."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        if raw[raw.index("(") + 1:raw.rindex(")")].startswith(("C1 Compiler", "C2 Compiler")):
+            fields = raw.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 class Load(Driver):
     """Drives the job: a first change per table (start-up), a quiet spell (idle CPU), then
     `seconds` of changes at `rates`; then waits until every table has applied them."""
@@ -70,7 +85,11 @@ class Load(Driver):
         print(f"tables: every table applied its first change {self.figures['tables_100_start_s']}s after the start",
               flush=True)
         time.sleep(5)  # the last batches' commits settle
+        jit = compiler_seconds(self.jvm)
         self.figures["tables_100_idle_cpu_share"] = self._cpu_share(lambda: time.sleep(IDLE_S))
+        # of it, the JIT still compiling the code the tables' start ran (not a cost of quiet tables)
+        self.figures["tables_100_idle_jit_share"] = round((compiler_seconds(self.jvm) - jit) / (
+            IDLE_S * os.cpu_count()), 3)
         self.offsets = end_offsets(kafka_access(self.settings), self.topics)
         self.figures["tables_100_cpu_share"] = self._cpu_share(self._write)
         self._wait_applied()
@@ -131,7 +150,8 @@ def measure(spark, settings, catalog, sizes: dict) -> dict:
     measured = load.ended - since_ms / 1000
     cpu = load.figures
     print(f"tables: {n} tables, {len(every):,} events at {len(every) / measured:,.0f}/s: p50 {p[49]:.2f}s, "
-          f"p95 {p[94]:.2f}s, worst table's p95 {worst:.2f}s; CPU idle {cpu['tables_100_idle_cpu_share']:.1%}, "
+          f"p95 {p[94]:.2f}s, worst table's p95 {worst:.2f}s; CPU idle {cpu['tables_100_idle_cpu_share']:.1%} "
+          f"(the JIT compilers {cpu['tables_100_idle_jit_share']:.1%}), "
           f"under load {cpu['tables_100_cpu_share']:.1%}", flush=True)
     return {**load.figures, "tables_widths": list(WIDTHS), "tables_100_freshness_p50_s": round(p[49], 2),
             "tables_100_freshness_p95_s": round(p[94], 2),
