@@ -91,3 +91,26 @@ def test_a_small_batch_written_without_a_shuffle_keeps_one_deletion_vector_per_d
     referenced = [r[0] for r in spark.sql(f"SELECT referenced_data_file FROM {h.applier.target_ref}.delete_files")
                   .collect()]
     assert referenced and len(referenced) == len(set(referenced))
+
+
+def arrow_bytes(spark) -> int:
+    """What Iceberg's vectorized Parquet readers hold of the JVM's direct memory (their Arrow
+    allocator): a read that ended gave back all it took."""
+    return int(spark._jvm.org.apache.iceberg.arrow.ArrowAllocation.rootAllocator().getAllocatedMemory())
+
+
+def test_merges_into_a_version_3_target_give_back_the_memory_they_read_with(scratch, table_name):
+    # A MERGE into a version 3 target reads its rows' lineage (_row_id, the sequence number)
+    # too; a reader that kept the vectors of each batch of rows it read but the last made a
+    # long-running job run out of direct memory. Batches of 4 rows: many a file.
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)
+    spark.sql(f"ALTER TABLE {h.applier.target_ref} SET TBLPROPERTIES ('read.parquet.vectorization.batch-size'='4')")
+    churn(h, rounds=1)
+    before = arrow_bytes(spark)
+    for r in range(2, 8):
+        for i in range(r, 40, 3):
+            h.topic.change("u", {"id": i, "v": f"round {r}", "n": i}, 1000 * r, 1000 * r + i)
+        h.apply()
+    assert arrow_bytes(spark) <= before
+    assert h.values() == {**expected(40, 1), **{i: f"round {r}" for r in range(2, 8) for i in range(r, 40, 3)}}
