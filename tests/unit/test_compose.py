@@ -91,7 +91,7 @@ def settings(monkeypatch):
     ("kafka", "apache/kafka", "kafka.version"),
     ("connect", "quay.io/debezium/connect", "debezium.version"),
     ("schema-registry", "apicurio/apicurio-registry-kafkasql", "apicurio.registry.version"),
-    ("iceberg-rest", "apache/iceberg-rest-fixture", "iceberg.version"),
+    ("iceberg-rest", "apache/iceberg-rest-fixture", "iceberg.rest.version"),
 ])
 def test_images_are_the_versions_jvm_pins(service, name, prop):
     assert image(service) == (name, JVM[prop])
