@@ -42,11 +42,16 @@ def rates(tables: int, total: float) -> list[float]:
     return [total * w / sum(weights) for w in weights]
 
 
+def stat_seconds(stat: str) -> float:
+    """The user and system CPU seconds of a /proc `stat` line (a process's or a thread's)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """The CPU time of this Python process and of the driver's JVM (`pid`) so far."""
     mine = os.times()
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return mine.user + mine.system + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return mine.user + mine.system + stat_seconds(Path(f"/proc/{pid}/stat").read_text())
 
 
 def compiler_seconds(pid: int) -> float:
@@ -58,8 +63,7 @@ def compiler_seconds(pid: int) -> float:
         except OSError:  # a thread that ended meanwhile
             continue
         if raw[raw.index("(") + 1:raw.rindex(")")].startswith(("C1 Compiler", "C2 Compiler")):
-            fields = raw.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += stat_seconds(raw)
     return total
 
 
