@@ -39,6 +39,18 @@ def test_status_lines_of_a_source():
                      "  not capturing: connector cdc-pg task 0 is FAILED: boom"]
 
 
+def test_the_connector_hands_over_changes_within_a_tenth_of_a_second():
+    """Debezium waits up to `poll.interval.ms` (500 by default) for a full batch of changes
+    before it sends any: at a moderate rate, each change waited up to half a second."""
+    reg = TableRegistration(name="shop.orders", source={"name": "pg", "schema": "shop", "table": "orders"})
+    pg = connector_config(settings(), "pg", [reg], "ref")
+    maria = Settings(root=Path(__file__).resolve().parents[2], sources={"db": SourceSettings(
+        kind="mariadb", database="shop", user="cdc", password="x")})
+    reg_maria = TableRegistration(name="shop.orders", source={"name": "db", "schema": "shop", "table": "orders"})
+    for config in (pg, connector_config(maria, "db", [reg_maria], "ref")):
+        assert int(config["poll.interval.ms"]) <= 100
+
+
 def test_the_connector_producer_takes_records_up_to_the_limit_compressed():
     reg = TableRegistration(name="shop.orders", source={"name": "pg", "schema": "shop", "table": "orders"})
     config = connector_config(settings(), "pg", [reg], "ref")
