@@ -683,9 +683,11 @@ class Partitioning(Frozen):
     """The target's layout: rows bucketed by the first key column (0: unpartitioned)."""
 
     buckets: int = Field(
-        8, ge=0, le=4096,
+        0, ge=0, le=4096,
         description="Buckets of an Iceberg target's partition spec, a bucket transform of the first key column, "
-                    "set when the target is created; 0: unpartitioned. Delta targets are unpartitioned.")
+                    "set when the target is created; 0: unpartitioned. A batch writes a data file (and a "
+                    "deletion vector per file it changes) in each bucket its changes fall in: with 8, every small "
+                    "batch wrote 8 files, rewritten together every 8 batches. Delta targets are unpartitioned.")
 
 
 class TableOptions(Frozen):

@@ -286,7 +286,7 @@ def test_a_running_job_rewrites_its_small_files_once_enough_were_added(scratch, 
     rewrites the small ones after a batch's commit: the target holds the same rows in fewer
     files, its deletes applied, and the next batch finds its offsets past the rewrite."""
     spark, catalog = scratch
-    h = Harness(spark, catalog, table_name)
+    h = Harness(spark, catalog, table_name, partitioning={"buckets": 8})  # a batch writes a file per bucket
     h.applier.compact_every_files = 6
     lsn, expected = 100, {}
 
@@ -592,3 +592,24 @@ def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(
     h.topic.change("u", {"id": 1, "v": "f", "n": 4}, 170, 180)
     h.apply()
     assert "schema" not in h.applier.timer.steps and h.values() == {1: "f", 4: "d"}
+
+
+def test_a_batch_into_a_target_of_the_default_layout_writes_one_data_file(scratch, table_name):
+    """A target is unpartitioned unless its registration buckets it: a batch changing every
+    row adds one data file, where a target of 8 buckets gets one in each bucket (files
+    every reader opens until a running job rewrites them)."""
+    spark, catalog = scratch
+    added = {}
+    for buckets in (None, 8):
+        layout = {} if buckets is None else {"partitioning": {"buckets": buckets}}
+        h = Harness(spark, catalog, f"{table_name}_{buckets or 'default'}", **layout)
+        lsn = 100
+        for changes in ([("c", k, "a") for k in range(40)], [("u", k, "b") for k in range(40)]):
+            for op, key, v in changes:
+                lsn += 10
+                h.topic.change(op, {"id": key, "v": v, "n": key}, lsn, lsn + 5)
+            h.apply()
+        table = catalog.load_table(h.ident)
+        assert h.values() == {k: "b" for k in range(40)}
+        added[buckets] = int(table.current_snapshot().summary["added-data-files"])
+    assert added == {None: 1, 8: 8}, added
