@@ -704,7 +704,7 @@ class TableOptions(Frozen):
         None, ge=1,
         description="The most records a batch takes; a backlog is then caught up in batches of that size, back to "
                     "back. Unset: sized when the job starts, so that the raw records of the batches of all its "
-                    "tables under way at once fit in a quarter of the memory (the driver's heap in local mode), "
+                    "tables under way at once fit in half of the memory (the driver's heap in local mode), "
                     "from the size of the topic's newest records; between 10,000 and 1,000,000 records.")
     trigger_interval_s: float = Field(
         2.0, gt=0, le=3600,

@@ -7,7 +7,7 @@ import time
 
 from cdc.log import log
 
-BATCH_MEMORY_SHARE = 0.25  # of the heap, for the raw records of the batches under way at once
+BATCH_MEMORY_SHARE = 0.5  # of the heap, for the raw records of the batches under way at once
 AUTO_MIN_RECORDS = 10_000  # an automatic cap never goes below this ...
 AUTO_MAX_RECORDS = 1_000_000  # ... nor above this (a batch commits at least this often)
 AUTO_UNKNOWN_RECORDS = 100_000  # the cap when the topic has no record to size yet
