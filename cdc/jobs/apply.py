@@ -187,14 +187,21 @@ class TableApplier:
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
-        if self.registry is None and self.schemas:
+        if self.registry is None:
             if not self.heads:  # this process's first batch: what its records' schema part looks like
                 with self.timer.step("schema"):
                     self._learn_heads(schema_heads(batch))
-            try:
-                return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
-            except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
-                pass
+            if not self.schemas and self.heads:
+                # A target with no schema judged yet (new, bootstrapped): the first record's
+                # is judged, and the batch decoded trusting the others to share it, instead of
+                # a scan of the whole batch for its schemas (one holding another is judged whole).
+                with self.timer.step("schema"):
+                    self._evolve(spark, table, batch, dict(list(self.heads.items())[-1:]))
+            if self.schemas:
+                try:
+                    return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
+                except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
+                    pass
         with self.timer.step("schema"):
             refused = self._evolve(spark, table, batch)
         self._decode_and_apply(spark, table, batch, summary, committed, batch_id, refused)
@@ -242,18 +249,19 @@ class TableApplier:
             self.plans[found] = build()
         return self.plans[found]
 
-    def _evolve(self, spark, table, batch: DataFrame) -> dict[str, str]:
+    def _evolve(self, spark, table, batch: DataFrame, heads: dict[int, str] | None = None) -> dict[str, str]:
         """Design rule 7 before the batch is decoded: new source columns are added to the
         target, safe widenings applied; anything else stops the job (planning/schema.py).
         Every distinct schema of the batch's records counts (oldest first, by offset), so a
         column that lived only between two batches keeps its values. A schema naming a
         column the target cannot take (one differing only by case from another, the
         reserved prefix) is refused: returned (its schema part, or its writer schema id),
-        with why, and its records become dead letters."""
+        with why, and its records become dead letters. `heads` (JSON): the schema parts to
+        judge, by fingerprint, instead of the batch's."""
         if self.registry is not None:
             found = [(sid, avro.row_fields(text)) for sid, text in avro.value_schemas(batch, self.registry)]
         else:
-            heads = value_schemas(batch, self.heads)
+            heads = list(heads.items()) if heads is not None else value_schemas(batch, self.heads)
             self._learn_heads(dict(heads))
             found = [(fingerprint, row_fields(head + "}")) for fingerprint, head in heads]
         refused: dict = {}

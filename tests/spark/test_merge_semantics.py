@@ -11,7 +11,9 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, Stri
 
 from cdc.config.models import TableRegistration
 from cdc.control.commits import parse_offsets
+from cdc.decoding.spark_decode import value_schemas
 from cdc.errors import ApplyError
+from cdc.jobs import apply as apply_module
 from cdc.jobs.apply import TableApplier
 from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS, dead_letters_ref
 from cdc.planning.merge import DELETES_SUFFIX, deletes_ref, table_ref
@@ -592,6 +594,28 @@ def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(
     h.topic.change("u", {"id": 1, "v": "f", "n": 4}, 170, 180)
     h.apply()
     assert "schema" not in h.applier.timer.steps and h.values() == {1: "f", 4: "d"}
+
+
+def test_a_first_batch_of_one_schema_is_not_scanned_for_its_schemas(scratch, table_name, monkeypatch):
+    """A target with no schema judged yet (new, bootstrapped) judges its first batch's first
+    record's schema and decodes the batch trusting the others to share it: no pass over the
+    batch for its schemas when they are all the same; a first batch holding another schema
+    (a column added midway) is still judged whole, and either way the rows are exact."""
+    spark, catalog = scratch
+    scans = []
+    monkeypatch.setattr(apply_module, "value_schemas", lambda *a: scans.append(1) or value_schemas(*a))
+    one = Harness(spark, catalog, f"{table_name}_one")
+    for k in range(1, 4):
+        one.topic.change("c", {"id": k, "v": "a", "n": k}, 100 + 10 * k, 105 + 10 * k)
+    one.apply()
+    assert scans == [] and one.values() == {1: "a", 2: "a", 3: "a"}
+    two = Harness(spark, catalog, f"{table_name}_two")
+    two.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    two.topic.raw(*envelope_with_schema({"id": 2, "v": "b", "extra": "new"},
+                                        [("id", "int32"), ("v", "string"), ("extra", "string")], 120))
+    two.apply()
+    assert scans == [1]
+    assert {k: (r["v"], r["extra"]) for k, r in two.rows().items()} == {1: ("a", None), 2: ("b", "new")}
 
 
 def test_a_batch_into_a_target_of_the_default_layout_writes_one_data_file(scratch, table_name):
