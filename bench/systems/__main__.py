@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "latest.json"
 SIZES = {"quick": {"events": 200_000, "keys": 50_000}, "full": {"events": 1_000_000, "keys": 250_000}}
 SYSTEMS = ("cdc",) + peers.PEERS
+FULL = "_full_identity"  # the suffix of the runs on the topic of a table of REPLICA IDENTITY FULL
 
 
 def recorded(settings) -> tuple[dict, dict]:
@@ -111,7 +112,23 @@ def figures(runs: list[peers.Run], previous: dict, sizes: dict, stats: dict) -> 
     for r in runs:
         if r is not cdc and ours:
             out[f"cdc_vs_{r.name}_events_per_s"] = round(ours / r.events_per_s, 3)
+    if cdc and previous.get("systems_sizes", {}).get("events") == sizes["events"]:
+        # the peers not run now, recorded on the same workload and topic shape, against this cdc
+        shape = cdc.name[len("cdc"):]
+        for name, rate in recorded_peers(previous).items():
+            if name not in {r.name for r in runs} and name.endswith(shape) and (shape or FULL not in name):
+                out[f"cdc_vs_{name}_events_per_s"] = round(cdc.events_per_s / rate, 3)
     return out
+
+
+def recorded_peers(results: dict) -> dict[str, float]:
+    """The peers' events per second after start-up in `results`, by run name."""
+    rates = {}
+    for key, value in results.items():
+        name = key.removeprefix("peer_").removesuffix("_events_per_s")
+        if key.startswith("peer_") and key.endswith("_events_per_s") and not name.endswith("_job") and value:
+            rates[name] = value
+    return rates
 
 
 def merge_results(update: dict, succeeded: list[str]) -> None:
@@ -166,7 +183,7 @@ def main() -> int:
     runs, failed = [], {}
     for name in only:
         print(f"== {name}", flush=True)
-        label = f"{name}_full_identity" if full else name
+        label = f"{name}{FULL}" if full else name
         try:
             if name == "cdc":
                 r = run_cdc(settings, topic, end, expected)
