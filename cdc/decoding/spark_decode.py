@@ -106,11 +106,28 @@ def masked_as_text(columns: tuple[Column, ...], masked: tuple[str, ...]) -> tupl
     return tuple(c.name for c in columns if c.name in masked and c.kind != "array")
 
 
-def value_schema(columns: tuple[Column, ...], text: tuple[str, ...] = ()) -> str:
+def payload_schema(columns: tuple[Column, ...], text: tuple[str, ...] = ()) -> str:
     row = f"STRUCT<{_struct_ddl(columns, text)}>"
-    return (f"STRUCT<payload: STRUCT<before: {row}, after: {row}, "
+    return (f"STRUCT<before: {row}, after: {row}, "
             f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT, txId: BIGINT, "
-            f"file: STRING, pos: BIGINT, row: INT>, op: STRING>>")
+            f"file: STRING, pos: BIGINT, row: INT>, op: STRING>")
+
+
+def payload(schema: str, known: dict[int, str] | None = None) -> SparkColumn:
+    """A record value's payload parsed as `schema` (`payload_schema`). A value starting with
+    one of the `known` schema parts (`schema_heads`) is parsed without it: `{` and the text
+    from its `"payload":` on (a byte offset that part gives) make the same message but for
+    the schema part, most of the record, which is then not read again."""
+    text = F.col("value").cast("string")
+
+    def parsed(value: SparkColumn) -> SparkColumn:
+        return F.from_json(value, f"STRUCT<payload: {schema}>").getField("payload")
+
+    def without(head: str) -> SparkColumn:
+        start = len(head.encode("utf-8")) + 2  # past the comma
+        return F.expr(f"concat(X'7B', substr(CAST(value AS BINARY), {start}))").cast("string")
+    return reduce(lambda acc, head: F.when(text.startswith(head + SCHEMA_ENDS[0]), parsed(without(head)))
+                  .otherwise(acc), (known or {}).values(), parsed(text))
 
 
 def key_schema(key_columns: tuple[Column, ...]) -> str:
@@ -151,7 +168,8 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
 
 def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
             refused: SparkColumn | None = None, schema: SparkColumn | None = None,
-            masked: tuple[str, ...] = (), headers: bool = True) -> Callable[[DataFrame], DataFrame]:
+            masked: tuple[str, ...] = (), headers: bool = True,
+            heads: dict[int, str] | None = None) -> Callable[[DataFrame], DataFrame]:
     """The decoding of the Kafka source's rows (with their `headers` column or without), its
     expressions built once: a job keeps it between batches, and each batch then costs a few
     calls into the JVM instead of a thousand. `refused`: over the raw rows, why a record's
@@ -159,14 +177,15 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     (`schema-refused`). `schema`: over the raw rows, the record's schema
     (`schema_fingerprint`), kept as `_schema`. `masked`: the columns to be hashed
     (`protect.mask_columns`), given as the text of their target value, or as the hash where
-    the connector made it."""
+    the connector made it. `heads`: schema parts the records are likely to start with
+    (`payload`)."""
     kept = [schema.alias("_schema")] if schema is not None else []
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     text = masked_as_text(columns, masked)
     envelope = [
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
-        F.from_json(F.col("value").cast("string"), value_schema(columns, text)).getField("payload").alias("_v"),
+        payload(payload_schema(columns, text), heads).alias("_v"),
         F.col("value").isNull().alias("_null_value"), F.col("value"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),

@@ -235,7 +235,8 @@ class TableApplier:
         def build():
             by = schema_fingerprint(self.heads) if self.registry is None else F.col(avro.VALUE_SCHEMA_ID)
             return decoder(self.columns, self.key, self.source_kind, refusal(by, refused),
-                           schema_fingerprint(self.heads) if fingerprinted else None, self.masked, headers)
+                           schema_fingerprint(self.heads) if fingerprinted else None, self.masked, headers,
+                           self.heads if self.registry is None else None)
         return self._plan(("decode", tuple(sorted(refused.items())), fingerprinted, headers, tuple(self.heads)),
                           build)
 

@@ -187,3 +187,34 @@ def test_a_record_starting_with_a_known_schema_part_gets_the_fingerprint_a_searc
     assert [fp for fp, _ in expected] == [searched[i] for i in (2, 3, 4, 6)]  # by the last offset of each
     assert value_schemas(batch, first) == expected == value_schemas(batch)
     assert {head for _, head in expected} == heads
+
+
+def test_a_record_starting_with_a_known_schema_part_decodes_as_when_read_whole(spark):
+    """A record of a known schema part is parsed from where its payload begins, a byte offset
+    whatever characters the part holds: each record decodes as when read whole, and records
+    of another spacing, a value that does not fit and a tombstone are read whole as before."""
+    from cdc.decoding.spark_decode import decoder, schema_heads
+
+    cols = (Column("id", "int", nullable=False), Column("v", "string"))
+    schema = {"type": "struct", "name": "ünïcödé.Envelope", "fields": [
+        {"field": "after", "type": "struct", "fields": [{"field": "v", "type": "string", "doc": "naïve ✓"}]}]}
+    compact = lambda payload: json.dumps({"schema": schema, "payload": payload},  # noqa: E731
+                                         separators=(",", ":"), ensure_ascii=False).encode()
+    t = Topic()
+    t.change("c", {"id": 1, "v": "é"}, 100, 110)
+    t.change("u", {"id": 1, "v": "x"}, 120, 130)
+    t.change("c", {"id": 2, "v": "y"}, 140, 150)  # left in Python's spacing
+    t.change("d", {"id": 1, "v": "x"}, 160, 170)
+    t.tombstone({"id": 2})
+    t.raw(b'{"schema":{},"payload":{"id":3}}', compact({"op": "c", "after": {"id": "three"}, "source": {"lsn": 5}}))
+    records = [(k, compact(json.loads(v)["payload"]) if v is not None and i != 2 else v, *rest)
+               for i, (k, v, *rest) in enumerate(t.take())]
+    batch = spark.createDataFrame(records, KAFKA)
+    heads = schema_heads(batch.orderBy("offset"))
+    assert len(heads) == 1 and "ünïcödé" in next(iter(heads.values()))
+    whole = decoder(cols, ("id",), headers=False)(batch).orderBy("_offset").collect()
+    known = decoder(cols, ("id",), headers=False, heads=heads)(batch).orderBy("_offset").collect()
+    assert known == whole
+    assert [(r["_op"], r["id"], r["v"]) for r in whole[:5]] == [
+        ("c", 1, "é"), ("u", 1, "x"), ("c", 2, "y"), ("d", 1, "x"), (TOMBSTONE, 2, None)]
+    assert whole[5]["_error"] is not None
