@@ -58,11 +58,15 @@ def schema_fingerprint(known: dict[int, str] | None = None) -> SparkColumn:
     return F.when(F.col("value").isNotNull(), F.coalesce(_known_head(known), F.xxhash64(schema_head())))
 
 
+def _starts_with(head: str) -> SparkColumn:
+    """Whether a record value starts with the schema part `head`, written compact."""
+    return F.col("value").cast("string").startswith(head + SCHEMA_ENDS[0])
+
+
 def _known_head(known: dict[int, str] | None) -> SparkColumn:
     """The fingerprint of the `known` schema part a record value starts with (null for none)."""
-    text = F.col("value").cast("string")
-    return reduce(lambda acc, item: F.when(text.startswith(item[1] + SCHEMA_ENDS[0]), F.lit(item[0]).cast("bigint"))
-                  .otherwise(acc), (known or {}).items(), F.lit(None).cast("bigint"))
+    return reduce(lambda acc, item: F.when(_starts_with(item[1]), F.lit(item[0]).cast("bigint")).otherwise(acc),
+                  (known or {}).items(), F.lit(None).cast("bigint"))
 
 
 def schema_heads(batch: DataFrame) -> dict[int, str]:
@@ -118,16 +122,14 @@ def payload(schema: str, known: dict[int, str] | None = None) -> SparkColumn:
     one of the `known` schema parts (`schema_heads`) is parsed without it: `{` and the text
     from its `"payload":` on (a byte offset that part gives) make the same message but for
     the schema part, most of the record, which is then not read again."""
-    text = F.col("value").cast("string")
-
     def parsed(value: SparkColumn) -> SparkColumn:
         return F.from_json(value, f"STRUCT<payload: {schema}>").getField("payload")
 
     def without(head: str) -> SparkColumn:
         start = len(head.encode("utf-8")) + 2  # past the comma
         return F.expr(f"concat(X'7B', substr(CAST(value AS BINARY), {start}))").cast("string")
-    return reduce(lambda acc, head: F.when(text.startswith(head + SCHEMA_ENDS[0]), parsed(without(head)))
-                  .otherwise(acc), (known or {}).values(), parsed(text))
+    return reduce(lambda acc, head: F.when(_starts_with(head), parsed(without(head))).otherwise(acc),
+                  (known or {}).values(), parsed(F.col("value").cast("string")))
 
 
 def key_schema(key_columns: tuple[Column, ...]) -> str:
