@@ -120,6 +120,7 @@ class Events:
 
     def __init__(self, key: dict, value: dict):
         self.key, self.value, self.lsn = key, value, 1 << 40
+        self.now_ms = lambda: int(time.time() * 1000)  # an event's source time (`source.ts_ms`)
         self.texts: dict[str, list[str]] = {}  # an op's value JSON cut around its varying fields
 
     def make(self, op: str, row_id: int, v: str, before: str | None = None) -> tuple[bytes, bytes]:
@@ -152,7 +153,7 @@ class Events:
             self.texts["key"] = re.split(r'"@@(\w+)@@"', json.dumps(key, separators=(",", ":")))
         self.lsn += 8
         fields = {"id": str(row_id), "v": json.dumps(v), "n": f'"{row_id % 100000}.25"', "lsn": str(self.lsn),
-                  "tx": str(self.lsn % (1 << 31)), "ts": str(int(time.time() * 1000)),
+                  "tx": str(self.lsn % (1 << 31)), "ts": str(self.now_ms()),
                   "seq": json.dumps(json.dumps([str(self.lsn - 4), str(self.lsn)]))}
 
         def filled(parts: list[str]) -> bytes:
@@ -165,7 +166,7 @@ class Events:
         self.lsn += 8
         row = {**p["after"], "id": row_id, "v": v, "n": f"{row_id % 100000}.25"}
         p["before"], p["after"], p["op"] = (row, None, "d") if op == "d" else (None, row, op)
-        p["source"].update(lsn=self.lsn, txId=self.lsn % (1 << 31), ts_ms=int(time.time() * 1000),
+        p["source"].update(lsn=self.lsn, txId=self.lsn % (1 << 31), ts_ms=self.now_ms(),
                            sequence=json.dumps([str(self.lsn - 4), str(self.lsn)]))
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.systems --quick      (make bench-peers: 200,000 events over 50,000 keys)
     .venv/bin/python -m bench.systems              (1,000,000 events over 250,000 keys)
     .venv/bin/python -m bench.systems --events 20000 --keys 5000 --only deltars
+    .venv/bin/python -m bench.systems --freshness  (each system following a topic written at 2,000 events/s)
 
 One backlog topic in the recorded Debezium JSON shape (several changes per key, deletes
 then re-inserts, updates whose `v` is the unavailable-value placeholder); the truth
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.systems import peers, workload
+from bench.systems import live, peers, workload
 from bench.systems.check import compare
 from bench.workload import Events, bench_settings, produce, record_template, registration
 from cdc.config import load_settings
@@ -108,11 +109,15 @@ def figures(runs: list[peers.Run], previous: dict, sizes: dict, stats: dict) -> 
     for r in runs:
         out.update(r.figures())
     cdc = next((r for r in runs if r.name.startswith("cdc")), None)
-    ours = cdc.events_per_s if cdc else previous.get("apply_events_per_s")
+    same = previous.get("systems_sizes", {}).get("events") == sizes["events"]
     for r in runs:
+        # without cdc in the run: cdc's recorded on the same workload and topic shape, else its apply section's
+        shape = FULL if r.name.endswith(FULL) else ""
+        ours = cdc.events_per_s if cdc else (same and previous.get(f"systems_cdc{shape}_events_per_s")
+                                             or previous.get("apply_events_per_s"))
         if r is not cdc and ours:
             out[f"cdc_vs_{r.name}_events_per_s"] = round(ours / r.events_per_s, 3)
-    if cdc and previous.get("systems_sizes", {}).get("events") == sizes["events"]:
+    if cdc and same:
         # the peers not run now, recorded on the same workload and topic shape, against this cdc
         shape = cdc.name[len("cdc"):]
         for name, rate in recorded_peers(previous).items():
@@ -131,15 +136,16 @@ def recorded_peers(results: dict) -> dict[str, float]:
     return rates
 
 
-def merge_results(update: dict, succeeded: list[str]) -> None:
-    """`update` written into latest.json; an earlier failure of a system that `succeeded` now is dropped."""
+def merge_results(update: dict, succeeded: list[str], section: str = "systems") -> None:
+    """`update` written into latest.json as `section`; an earlier failure of a system that `succeeded` now is
+    dropped."""
     current = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name in succeeded:
         current.pop(f"peer_{name}_failed", None)
     current.update(update)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
-    current.setdefault("sections", {})["systems"] = {
+    current.setdefault("sections", {})[section] = {
         "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS.with_suffix(".json.tmp")
@@ -162,8 +168,15 @@ def main() -> int:
     parser.add_argument("--hudi-table-type", default="COPY_ON_WRITE", choices=["COPY_ON_WRITE", "MERGE_ON_READ"])
     parser.add_argument("--no-results", action="store_true", help="print the figures without merging them into "
                                                                    "bench/results/latest.json")
+    parser.add_argument("--freshness", action="store_true",
+                        help=f"freshness at a sustained rate instead, runs of {', '.join(live.RUNS)}")
+    parser.add_argument("--rate", type=int, default=2_000, help="--freshness: change events a second")
+    parser.add_argument("--seconds", type=float, default=90, help="--freshness: seconds of changes")
+    parser.add_argument("--live-out", help=argparse.SUPPRESS)  # --freshness of one run, its result into this file
     parser.add_argument("--config", default=str(ROOT / "cdc.yaml"))
     args = parser.parse_args()
+    if args.freshness:
+        return freshness(args, parser)
     only = SYSTEMS if not args.only else tuple(s.strip() for s in args.only.split(","))
     if unknown := [s for s in only if s not in SYSTEMS]:
         parser.error(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
@@ -205,6 +218,40 @@ def main() -> int:
     (work / f"figures-{sizes['events']}{'-full' if full else ''}.json").write_text(json.dumps(update, indent=2) + "\n")
     if not args.no_results:
         merge_results(update, [r.name for r in runs])
+    print(json.dumps(update, indent=2))
+    return 1 if failed else 0
+
+
+def freshness(args, parser) -> int:
+    """`--freshness`: each run of live.RUNS (or of `--only`) following a topic of its own."""
+    names = list(live.RUNS) if not args.only else [s.strip() for s in args.only.split(",")]
+    if unknown := [s for s in names if s not in live.RUNS]:
+        parser.error(f"unknown run(s) {', '.join(unknown)}; choose from {', '.join(live.RUNS)}")
+    from cdc.sinks.catalog import load_catalog
+
+    base = load_settings(args.config)
+    work = base.state_dir / "bench" / "systems"
+    settings = bench_settings(base, work)
+    key_doc, value_doc = recorded(settings)
+    keys = args.keys or 20_000
+    # each cdc run in a process of its own (run by this command with --live-out)
+    apart = None if args.live_out else [
+        sys.executable, "-m", "bench.systems", "--freshness", "--rate", str(args.rate), "--seconds", str(args.seconds),
+        "--keys", str(keys), "--seed", str(args.seed), "--config", args.config, "--no-results"]
+    runs, failed = live.measure(settings, load_catalog(settings), key_doc, value_doc, names, args.rate,
+                                args.seconds, keys, args.seed, work, apart)
+    if args.live_out:
+        if runs:
+            Path(args.live_out).write_text(json.dumps(dataclasses.asdict(runs[0])))
+        return 1 if failed else 0
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    sizes = {"rate": args.rate, "seconds": args.seconds, "keys": keys, "warm_up": live.WARM_UP}
+    update = live.figures(runs, previous if previous.get("systems_freshness_sizes") == sizes else None)
+    update["systems_freshness_sizes"] = sizes
+    update.update({f"peer_{name}_freshness_failed": reason for name, reason in failed.items()})
+    (work / "figures-freshness.json").write_text(json.dumps(update, indent=2) + "\n")
+    if not args.no_results:
+        merge_results(update, [f"{r.name}_freshness" for r in runs], "systems_freshness")
     print(json.dumps(update, indent=2))
     return 1 if failed else 0
 

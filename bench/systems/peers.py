@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -16,12 +17,15 @@ from bench.systems.check import compare
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PEERS = ("deltars", "hudi", "hudi_precreated", "flink_iceberg", "flink_paimon", "flink_iceberg_ignore_errors",
-         "flink_paimon_ignore_errors")
+         "flink_paimon_ignore_errors", "iceberg_connect", "iceberg_connect_commit_1s")
 # a peer run as another's job with extra arguments
 JOBS = {"hudi_precreated": ("hudi", ["--precreate"]),
         "flink_iceberg": ("flink", ["--sink", "iceberg"]), "flink_paimon": ("flink", ["--sink", "paimon"]),
         "flink_iceberg_ignore_errors": ("flink", ["--sink", "iceberg", "--ignore-parse-errors"]),
-        "flink_paimon_ignore_errors": ("flink", ["--sink", "paimon", "--ignore-parse-errors"])}
+        "flink_paimon_ignore_errors": ("flink", ["--sink", "paimon", "--ignore-parse-errors"]),
+        "iceberg_connect_commit_1s": ("iceberg_connect", ["--commit-interval-ms", "1000"])}
+# the runs that only append (an update or a delete is one more row): a baseline, not an upsert
+APPEND_ONLY = ("iceberg_connect", "iceberg_connect_commit_1s")
 
 
 class PeerError(RuntimeError):
@@ -70,13 +74,30 @@ def _env(python: Path) -> dict:
     return env
 
 
+def start(cmd: list[str], python: Path, err) -> subprocess.Popen:
+    """A peer's job started in a process group of its own (its JVMs with it: `stop`)."""
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=_env(python),
+                            start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """The job and every process it started (a JVM, a Connect worker) killed."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
 def command(name: str, python: Path, settings, topic: str, end: int, work: Path, batch: int,
             table_type: str) -> list[str]:
     job_name, extra = JOBS.get(name, (name, []))
     job = [str(python), str(HERE / job_name / "job.py"), "--bootstrap", settings.kafka_bootstrap, "--topic", topic,
            "--table", str(work / f"{name}_table"), "--out", str(work / f"{name}_result"), "--batch", str(batch)]
-    if job_name in ("hudi", "flink"):
+    if job_name in ("hudi", "flink", "iceberg_connect"):
         job += ["--jars", str(ROOT / ".cache" / "peers" / job_name / "jars"), "--end", str(end)]
+    if job_name == "iceberg_connect":
+        job += ["--kafka-jars", str(settings.path(settings.jars_dir) / "kafka")]
     if job_name == "hudi":
         job += ["--table-type", table_type]
     return job + extra
@@ -90,8 +111,13 @@ def run(name: str, settings, topic: str, end: int, expected: dict, work: Path, b
     log = work / f"{name}.log"
     began = time.time()
     with log.open("w") as err:
-        done = subprocess.run(command(name, python, settings, topic, end, work, batch, table_type),
-                              stdout=subprocess.PIPE, stderr=err, text=True, env=_env(python), timeout=timeout)
+        process = start(command(name, python, settings, topic, end, work, batch, table_type), python, err)
+        try:
+            out, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(process)
+            raise PeerError(f"the {name} peer did not finish within {timeout:.0f}s: see {log}")
+        done = subprocess.CompletedProcess(process.args, process.returncode, out)
     if done.returncode:
         last = next((line for line in reversed(log.read_text().splitlines()) if line.strip()), "")
         raise PeerError(f"the {name} peer exited with {done.returncode}: see {log}; its last line: {last[:500]}")

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Each peer's own virtualenv under .cache/peers/<name>/ (never the project's .venv), and
-# the Hudi and Flink peers' jars (from Maven Central through <peer>/pom.xml). Fast the
-# second time: a virtualenv whose stamp is newer than its requirements, and jars whose
-# stamp is newer than their pom, are left as they are.
-#   bash bench/systems/setup.sh [deltars] [hudi] [flink]
+# the Hudi, Flink and Iceberg Kafka Connect peers' jars (from Maven Central through
+# <peer>/pom.xml). Fast the second time: a virtualenv whose stamp is newer than its
+# requirements, and jars whose stamp is newer than their pom, are left as they are.
+#   bash bench/systems/setup.sh [deltars] [hudi] [flink] [iceberg_connect]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-python3.11}"
 peers=("$@")
-[ ${#peers[@]} -gt 0 ] || peers=(deltars hudi flink)
+[ ${#peers[@]} -gt 0 ] || peers=(deltars hudi flink iceberg_connect)
 
 venv() {
   local name="$1" dir="$root/.cache/peers/$1"

@@ -21,3 +21,35 @@ def test_a_run_of_cdc_alone_is_compared_with_the_peers_recorded_on_the_same_topi
         "cdc_vs_flink_iceberg_full_identity_events_per_s": 0.4}
     other = figures([cdc], previous, {"events": 20_000, "keys": 5_000}, {})  # another workload: none
     assert not [k for k in other if k.startswith("cdc_vs_")]
+
+
+def test_a_run_of_a_peer_alone_is_compared_with_cdc_recorded_on_the_same_workload():
+    previous = {"systems_sizes": SIZES, "systems_cdc_events_per_s": 10_000, "apply_events_per_s": 30_000,
+                "systems_cdc_full_identity_events_per_s": 12_000}
+    peer = Run("iceberg_connect", 200_000, 44.0, 4.0, CHECK, {})  # 5,000 events/s after start-up
+    full = Run("flink_iceberg_full_identity", 200_000, 14.0, 4.0, CHECK, {})  # 20,000
+    out = figures([peer, full], previous, SIZES, {})
+    assert out["cdc_vs_iceberg_connect_events_per_s"] == 2.0
+    assert out["cdc_vs_flink_iceberg_full_identity_events_per_s"] == 0.6
+    other = figures([peer], previous, {"events": 20_000, "keys": 5_000}, {})  # another workload: the apply section's
+    assert other["cdc_vs_iceberg_connect_events_per_s"] == 6.0
+
+
+def test_freshness_compares_cdc_default_with_the_peers_defaults_and_its_fastest_with_their_fastest():
+    from bench.systems.live import Live, figures as live_figures
+
+    def run(name: str, seconds: float) -> Live:  # a p95 of `seconds`
+        return Live(name, [seconds / 2] * 90 + [seconds] * 10, 2_000.0, CHECK)
+
+    out = live_figures([run("cdc", 4.0), run("cdc_trigger_0_5s", 2.0), run("flink_iceberg", 16.0),
+                        run("flink_iceberg_checkpoint_1s", 4.0), run("hudi", 1.0)])
+    assert {k: v for k, v in out.items() if k.startswith("cdc_vs_")} == {
+        "cdc_vs_flink_iceberg_freshness_p95": 0.25, "cdc_vs_flink_iceberg_checkpoint_1s_freshness_p95": 0.5,
+        "cdc_vs_hudi_freshness_p95": 2.0}
+    assert out["systems_cdc_freshness_p95_s"] == 4.0 and out["peer_hudi_freshness_p50_s"] == 0.5
+    assert out["peer_hudi_freshness_correct"] is True
+    # cdc run again alone: compared with the peers recorded before
+    again = live_figures([run("cdc", 8.0)], out)
+    assert {k: v for k, v in again.items() if k.startswith("cdc_vs_")} == {
+        "cdc_vs_flink_iceberg_freshness_p95": 0.5, "cdc_vs_flink_iceberg_checkpoint_1s_freshness_p95": 0.5,
+        "cdc_vs_hudi_freshness_p95": 2.0}

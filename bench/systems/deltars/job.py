@@ -3,9 +3,12 @@ topic in batches of `--batch` records, flattens the Debezium envelope (`after`, 
 the last change per key by offset, and `DeltaTable.merge` applies it: matched and a delete,
 delete; matched, update all; not matched and not a delete, insert all.
 
-    python job.py --bootstrap HOST:PORT --topic T --table DIR --out result.parquet
+    python job.py --bootstrap HOST:PORT --topic T --table DIR --out result.parquet [--end OFFSET]
 
-Prints one JSON line: its start, ready (imports done) and committed times, events, batches."""
+With `--end`, it follows the topic as it is written until that offset, merging what each
+poll got (at most `--batch` records or `--poll-s` seconds of them) and printing a line
+`{"visible": <time>, "next": <offset>}` after each commit. Prints one JSON line at the end:
+its start, ready (imports done) and committed times, events, batches."""
 import argparse
 import json
 import shutil
@@ -32,24 +35,27 @@ def flatten(offset: int, value: bytes) -> dict | None:
             "_lsn": payload["source"].get("lsn"), "_offset": offset}
 
 
-def batches(bootstrap: str, topic: str, size: int):
+def batches(bootstrap: str, topic: str, size: int, end: int | None = None, poll_s: float = 5):
+    """(the last change per key, next offset) of each batch: `size` records each up to the
+    topic's end now, or, following up to `end`, what each poll got."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-systems-deltars",
                          "enable.auto.commit": False, "fetch.max.bytes": 64 << 20})
     low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    high = high if end is None else end
     consumer.assign([TopicPartition(topic, 0, low)])
     position, last, read = low, {}, 0
     while position < high:
-        for msg in consumer.consume(num_messages=10_000, timeout=5):
+        for msg in consumer.consume(num_messages=min(10_000, size - read), timeout=poll_s):
             if msg.error():
                 raise RuntimeError(f"reading {topic}: {msg.error()}")
             position, read = msg.offset() + 1, read + 1
             if msg.value() is not None and (row := flatten(msg.offset(), msg.value())) is not None:
                 last[row["id"]] = row  # the last change per key, by offset
             if read >= size or position >= high:
-                yield pa.Table.from_pylist(list(last.values()), schema=SCHEMA), position - low
-                last, read = {}, 0
-            if position >= high:
                 break
+        if read and (read >= size or position >= high or end is not None):
+            yield pa.Table.from_pylist(list(last.values()), schema=SCHEMA), position
+            last, read = {}, 0
     consumer.close()
 
 
@@ -68,15 +74,20 @@ def main() -> None:
     parser.add_argument("--table", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--end", type=int, help="follow the topic up to this offset, merging what each poll got")
+    parser.add_argument("--poll-s", type=float, default=0.2, help="following, the longest a poll waits")
     args = parser.parse_args()
     ready = time.time()
     shutil.rmtree(args.table, ignore_errors=True)
     write_deltalake(args.table, SCHEMA.empty_table())
     table = DeltaTable(args.table)
     events = merged = 0
-    for source, events in batches(args.bootstrap, args.topic, args.batch):
+    follow = args.end is not None
+    for source, events in batches(args.bootstrap, args.topic, args.batch, args.end, args.poll_s if follow else 5):
         upsert(table, source)
         merged += 1
+        if follow:
+            print(json.dumps({"visible": time.time(), "next": events}), flush=True)
     committed = time.time()
     result = DeltaTable(args.table).to_pyarrow_table(columns=["id", "v", "n"])
     pq.write_table(result, args.out)

@@ -23,10 +23,11 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 CHECKPOINT_INTERVAL = "10 s"  # as in Paimon's Flink quick start, for both sinks: each commits on a checkpoint
+GROUP = "bench-systems-flink"  # the source commits its offsets to it on each completed checkpoint
 HADOOP = ("hadoop-client-api-", "hadoop-client-runtime-", "commons-logging-")
 SOURCE = """CREATE TABLE backlog (id BIGINT, v STRING, n DECIMAL(12, 2)) WITH (
   'connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{bootstrap}',
-  'properties.group.id' = 'bench-systems-flink', 'scan.startup.mode' = 'earliest-offset',
+  'properties.group.id' = '{group}', 'scan.startup.mode' = 'earliest-offset',
   'scan.bounded.mode' = 'specific-offsets', 'scan.bounded.specific-offsets' = 'partition:0,offset:{end}',
   'format' = 'debezium-json', 'debezium-json.schema-include' = 'true'{lenient})"""
 IGNORE_PARSE_ERRORS = ", 'debezium-json.ignore-parse-errors' = 'true'"
@@ -46,7 +47,7 @@ def classpath(jars: str) -> tuple[list[str], list[str]]:
     return [j for j in every if j not in hadoop], hadoop
 
 
-def environment(connectors: list[str], streaming: bool, sink: str):
+def environment(connectors: list[str], streaming: bool, sink: str, checkpoint_interval: str = CHECKPOINT_INTERVAL):
     """A table environment with the connectors, parallelism 2 and, streaming, checkpoints."""
     from pyflink.table import EnvironmentSettings, TableEnvironment
     settings = EnvironmentSettings.in_streaming_mode() if streaming else EnvironmentSettings.in_batch_mode()
@@ -56,7 +57,7 @@ def environment(connectors: list[str], streaming: bool, sink: str):
     config.set("parallelism.default", "2")
     config.set("restart-strategy.type", "none")  # a failed job fails the run (checkpointing restarts it for ever)
     if streaming:
-        config.set("execution.checkpointing.interval", CHECKPOINT_INTERVAL)
+        config.set("execution.checkpointing.interval", checkpoint_interval)
     if sink == "paimon":  # Paimon's sink refuses Flink's upsert materializer, as its docs say
         config.set("table.exec.sink.upsert-materialize", "NONE")
     return env
@@ -94,6 +95,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--batch", type=int, help="unused: the sinks commit on checkpoints")
     parser.add_argument("--memory", default="3g")
+    parser.add_argument("--checkpoint-interval", default=CHECKPOINT_INTERVAL,
+                        help="how often the sinks commit (Flink's `execution.checkpointing.interval`)")
     parser.add_argument("--ignore-parse-errors", action="store_true",
                         help="'debezium-json.ignore-parse-errors': skip the records the format cannot read")
     args = parser.parse_args()
@@ -103,13 +106,13 @@ def main() -> None:
     os.environ["LOG4J_PROPERTIES"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j.properties")
     os.environ["FLINK_PEER_LOG"] = os.path.abspath(args.table) + ".jvm.log"
     shutil.rmtree(args.table, ignore_errors=True)
-    env = environment(connectors, True, args.sink)
+    env = environment(connectors, True, args.sink, args.checkpoint_interval)
     ready = time.time()
     catalog = CATALOGS[args.sink].format(uri=f"file://{os.path.abspath(args.table)}")
     env.execute_sql(catalog)
     env.execute_sql("CREATE DATABASE lake.bench")
     env.execute_sql(TARGET + TABLE_OPTIONS[args.sink])
-    env.execute_sql(SOURCE.format(topic=args.topic, bootstrap=args.bootstrap, end=args.end,
+    env.execute_sql(SOURCE.format(topic=args.topic, bootstrap=args.bootstrap, end=args.end, group=GROUP,
                                 lenient=IGNORE_PARSE_ERRORS if args.ignore_parse_errors else ""))
     try:
         env.execute_sql("INSERT INTO lake.bench.systems SELECT id, v, n FROM backlog").wait()
@@ -122,7 +125,7 @@ def main() -> None:
     result, snapshots = read_back(batch)
     pq.write_table(result, args.out)
     print(json.dumps({"started": started, "ready": ready, "committed": committed, "events": args.end,
-                      "snapshots": snapshots, "checkpoint_interval": CHECKPOINT_INTERVAL}), flush=True)
+                      "snapshots": snapshots, "checkpoint_interval": args.checkpoint_interval}), flush=True)
 
 
 if __name__ == "__main__":

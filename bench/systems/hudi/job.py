@@ -6,7 +6,10 @@ the payload class `PostgresDebeziumAvroPayload` ordered by `_event_lsn`.
 
     python job.py --jars DIR --topic T --end OFFSET --table DIR --out DIR [--table-type MERGE_ON_READ]
 
-Prints one JSON line: its start, ready (session up) and committed times, events, commits."""
+With `--follow`, it follows the topic as it is written until `--end`: each commit takes what
+the topic holds beyond the last one (at most `--batch` offsets), and a line
+`{"visible": <time>, "next": <offset>}` is printed after it. Prints one JSON line at the end:
+its start, ready (session up) and committed times, events, commits."""
 import argparse
 import glob
 import json
@@ -69,6 +72,33 @@ def flattened(spark, bootstrap: str, topic: str, start: int, end: int):
     return upserts.unionByName(deletes)
 
 
+def end_offsets(spark, bootstrap: str, topic: str):
+    """A function giving the topic's end offset now (partition 0), by the JVM's Kafka client."""
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    props.put("bootstrap.servers", bootstrap)
+    for k in ("key.deserializer", "value.deserializer"):
+        props.put(k, "org.apache.kafka.common.serialization.ByteArrayDeserializer")
+    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
+    partition = jvm.java.util.Collections.singletonList(jvm.org.apache.kafka.common.TopicPartition(topic, 0))
+    return lambda: consumer.endOffsets(partition).get(partition.get(0))
+
+
+def chunks(spark, args):
+    """The offset ranges of the commits: `--batch` offsets each; following, what is there."""
+    if not args.follow:
+        yield from ((s, min(s + args.batch, args.end)) for s in range(0, args.end, args.batch))
+        return
+    end_now, start = end_offsets(spark, args.bootstrap, args.topic), 0
+    while start < args.end:
+        high = min(end_now(), args.end, start + args.batch)
+        if high > start:
+            yield start, high
+            start = high
+        else:
+            time.sleep(0.05)
+
+
 def merge_config(table: str) -> dict:
     """The table's settings that decide how it merges, as Hudi wrote them in hoodie.properties."""
     with open(os.path.join(table, ".hoodie", "hoodie.properties")) as f:
@@ -89,6 +119,7 @@ def main() -> None:
     parser.add_argument("--memory", default="3g")
     parser.add_argument("--precreate", action="store_true",
                         help="create the table with an empty commit before the first batch")
+    parser.add_argument("--follow", action="store_true", help="follow the topic as it is written until --end")
     args = parser.parse_args()
     spark = session(args.jars, args.memory)
     spark.sparkContext.setLogLevel("WARN")
@@ -99,10 +130,12 @@ def main() -> None:
     if args.precreate:
         (flattened(spark, args.bootstrap, args.topic, 0, 0)
          .write.format("hudi").options(**opts).mode("append").save(args.table))
-    for start in range(0, args.end, args.batch):
-        (flattened(spark, args.bootstrap, args.topic, start, min(start + args.batch, args.end))
+    for start, end in chunks(spark, args):
+        (flattened(spark, args.bootstrap, args.topic, start, end)
          .write.format("hudi").options(**opts).mode("append").save(args.table))
         commits += 1
+        if args.follow:
+            print(json.dumps({"visible": time.time(), "next": end}), flush=True)
     committed = time.time()
     shutil.rmtree(args.out, ignore_errors=True)
     spark.read.format("hudi").load(args.table).select("id", "v", "n").write.parquet(args.out)

@@ -1,0 +1,2 @@
+"""The Apache Iceberg Kafka Connect sink peer: a Connect worker of its own, its reader in
+.cache/peers/iceberg_connect/."""
