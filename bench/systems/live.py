@@ -82,7 +82,7 @@ class Feed:
     each event's `source.ts_ms` the time it is produced."""
 
     def __init__(self, settings, key_doc, value_doc, topic: str, rate: int, seconds: float, keys: int, seed: int):
-        self.settings, self.topic, self.rate, self.seconds = settings, topic, rate, seconds
+        self.topic, self.rate, self.seconds = topic, rate, seconds
         stream = workload.changes(keys, WARM_UP + int(rate * seconds), seed, unavailable=0)
         self.changes = list(workload.full_identity(stream))
         events = Events(key_doc, value_doc)

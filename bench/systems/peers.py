@@ -24,8 +24,6 @@ JOBS = {"hudi_precreated": ("hudi", ["--precreate"]),
         "flink_iceberg_ignore_errors": ("flink", ["--sink", "iceberg", "--ignore-parse-errors"]),
         "flink_paimon_ignore_errors": ("flink", ["--sink", "paimon", "--ignore-parse-errors"]),
         "iceberg_connect_commit_1s": ("iceberg_connect", ["--commit-interval-ms", "1000"])}
-# the runs that only append (an update or a delete is one more row): a baseline, not an upsert
-APPEND_ONLY = ("iceberg_connect", "iceberg_connect_commit_1s")
 
 
 class PeerError(RuntimeError):
