@@ -68,6 +68,11 @@ SIZES = {
              "read_batch_events": 5_000, "bootstrap_rows": 1_000_000, "backlog": 5_000_000, "freshness_rate": 2_000, "freshness_s": 180,
              "tables": 100, "tables_rate": 2_000, "tables_s": 180},
 }
+# the sizes each section runs at (a section run alone leaves the others' recorded sizes)
+SECTION_SIZES = {"apply": ("small", "big", "changes"), "avro": ("small", "changes"), "peers": ("small", "changes"),
+                 "read": ("read_rows", "read_batches", "read_batch_events"), "bootstrap": ("bootstrap_rows",),
+                 "backlog": ("backlog", "small"), "freshness": ("freshness_rate", "freshness_s"),
+                 "tables": ("tables", "tables_rate", "tables_s")}
 
 
 def machine() -> dict:
@@ -118,7 +123,7 @@ def main() -> int:
     if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "cdc", "bench/__main__.py", "bench/apply.py"],
                       capture_output=True, text=True).stdout.strip():
         commit += "+changes"  # measured on uncommitted code
-    results = {**previous, "mode": mode, "sizes": sizes, "machine": machine()}
+    results = {**previous, "mode": mode, "sizes": dict(previous.get("sizes") or {}), "machine": machine()}
     ran = results.setdefault("sections", {})
 
     # Warm-up (the JIT, the first Spark jobs, the catalog): an untimed small backlog.
@@ -152,7 +157,9 @@ def main() -> int:
         else:
             figures = tables.measure(spark, settings, catalog, sizes)
         results.update(figures)
-        ran[section] = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit}
+        results["sizes"].update({k: sizes[k] for k in SECTION_SIZES[section]})
+        ran[section] = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
+                        "cpu": results["machine"]["cpu"]}
         RESULTS.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=2) + "\n")
     results["goals"] = {key: chart.met(results, key) for key, *_ in chart.GOALS}
