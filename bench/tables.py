@@ -9,8 +9,11 @@ uses while every table is quiet, over all the machine's cores),
 `tables_100_idle_jit_share` (of it, the JVM's JIT compilers', still compiling the code
 the tables' start ran), `tables_100_freshness_p50_s`/`_p95_s` (every change event of every
 table, source time to the commit that made it visible), `tables_100_worst_table_p95_s` (the
-p95 of the table worst served, so a busy table starving the others shows) and
-`tables_100_cpu_share` under load."""
+p95 of the table worst served, so a busy table starving the others shows),
+`tables_100_cpu_share` under load, and what holds the job back: `tables_100_batches` (the
+tables' commits from the start of the load until every table has applied it) and
+`tables_100_cpu_s_per_batch` (the driver's CPU seconds over that time, divided by them;
+`tables_100_jit_s_per_batch` of them the JIT compilers')."""
 from __future__ import annotations
 
 import os
@@ -81,6 +84,8 @@ class Load(Driver):
         self.figures: dict = {}
         self.offsets: dict[str, dict[int, int]] = {}  # each topic's end before the load
         self.started = self.ended = None
+        self.load_cpu_s = 0.0  # the driver's CPU seconds from the load's start until every table applied it
+        self.load_jit_s = 0.0  # of them, the JIT compilers'
 
     def drive(self) -> None:
         begun = time.monotonic()
@@ -95,8 +100,10 @@ class Load(Driver):
         self.figures["tables_100_idle_jit_share"] = round((compiler_seconds(self.jvm) - jit) / (
             IDLE_S * os.cpu_count()), 3)
         self.offsets = end_offsets(kafka_access(self.settings), self.topics)
+        cpu, jit = cpu_seconds(self.jvm), compiler_seconds(self.jvm)
         self.figures["tables_100_cpu_share"] = self._cpu_share(self._write)
         self._wait_applied()
+        self.load_cpu_s, self.load_jit_s = cpu_seconds(self.jvm) - cpu, compiler_seconds(self.jvm) - jit
 
     def _cpu_share(self, fn) -> float:
         """The share of all cores the driver (Python and JVM) used while `fn` ran."""
@@ -143,9 +150,11 @@ def measure(spark, settings, catalog, sizes: dict) -> dict:
     if load.error is not None:
         raise load.error
     since_ms = (load.started + min(10.0, seconds / 5)) * 1000
-    per_table = []
+    per_table, batches = [], 0
     for reg, topic in zip(regs, topics):
-        values = latencies(settings, topic, load.offsets.get(topic, {}), commit_times(catalog, reg, topic), since_ms)
+        times = commit_times(catalog, reg, topic)
+        batches += sum(1 for ms, _ in times if ms >= load.started * 1000)
+        values = latencies(settings, topic, load.offsets.get(topic, {}), times, since_ms)
         if values:
             per_table.append(sorted(values))
     every = sorted(v for values in per_table for v in values)
@@ -156,11 +165,15 @@ def measure(spark, settings, catalog, sizes: dict) -> dict:
     print(f"tables: {n} tables, {len(every):,} events at {len(every) / measured:,.0f}/s: p50 {p[49]:.2f}s, "
           f"p95 {p[94]:.2f}s, worst table's p95 {worst:.2f}s; CPU idle {cpu['tables_100_idle_cpu_share']:.1%} "
           f"(the JIT compilers {cpu['tables_100_idle_jit_share']:.1%}), "
-          f"under load {cpu['tables_100_cpu_share']:.1%}", flush=True)
+          f"under load {cpu['tables_100_cpu_share']:.1%}; {batches:,} batches, "
+          f"{load.load_cpu_s / max(batches, 1):.2f} CPU seconds each (the JIT "
+          f"{load.load_jit_s / max(batches, 1):.2f})", flush=True)
     return {**load.figures, "tables_widths": list(WIDTHS), "tables_100_freshness_p50_s": round(p[49], 2),
             "tables_100_freshness_p95_s": round(p[94], 2),
             "tables_100_worst_table_p95_s": round(worst, 2),
-            "tables_100_rate_events_per_s": round(len(every) / measured), "tables_count": n}
+            "tables_100_rate_events_per_s": round(len(every) / measured), "tables_count": n,
+            "tables_100_batches": batches, "tables_100_cpu_s_per_batch": round(load.load_cpu_s / max(batches, 1), 2),
+            "tables_100_jit_s_per_batch": round(load.load_jit_s / max(batches, 1), 2)}
 
 
 def _p95(values: list[float]) -> float:
