@@ -733,6 +733,14 @@ class TableOptions(Frozen):
                     "MiB) into few once this many data files were added since its start or its last rewrite, "
                     "between two batches: each batch adds files, and a batch's cost grows with the files it reads "
                     "until they are rewritten (a rewrite costs about as much as one or two small batches). 0: never.")
+    max_snapshots: int = Field(
+        1000, ge=0,
+        description="The most snapshots a running job keeps of an Iceberg target, of its delete memory and of its "
+                    "dead letters: once a tenth more were made, the oldest expire (never the newest with cdc "
+                    "offsets), between two batches. Every commit writes each snapshot kept (about 2 KB) into the "
+                    "table's metadata file again, so a table committing every 2 s would hold 43,200 of them a day "
+                    "and each batch would cost more. Time travel reaches back this many commits; `cdc maintain` "
+                    "expires older snapshots further by `snapshot_retention_hours`. 0: the job expires none.")
     snapshot_retention_hours: int = Field(
         24, ge=0,
         description="`cdc maintain` expires the target's snapshots older than this many hours (never the newest "

@@ -139,6 +139,7 @@ class TableApplier:
     buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
     forget_every_s: float = FORGET_EVERY_S
     compact_every_files: int = 0  # data files added between two rewrites of the small ones (0: never)
+    max_snapshots: int = 0  # snapshots the job keeps of an Iceberg target and its tables (0: all)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -170,6 +171,10 @@ class TableApplier:
             if not self.dead_letters_ref:
                 raise ValueError(f"table {self.name}: on_error dlq needs a dead-letter table")
             spark.sql(dead_letters.table_sql(self.dead_letters_ref, clause))
+        if format_of(self.target_ref) == "iceberg" and target.limit_metadata_files():
+            # A target made by an older release: its tables' metadata files were all kept too.
+            for ref in [self.deletes_ref] + ([self.dead_letters_ref] if self.on_error == "dlq" else []):
+                open_table(spark, ref).limit_metadata_files()
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -527,6 +532,7 @@ class TableApplier:
             table.commit_summary_only(props, self._txn(batch_id))
         crash_point("after-commit")
         self._compact(spark, table)
+        self._expire(spark, table)
         self._log_applied(stats, batch_id)
 
     def _compact(self, spark, table) -> None:
@@ -554,6 +560,33 @@ class TableApplier:
                 log(f"rewrote {rewritten} small data files of the {part}", table=self.name, event="compacted",
                     part=part, rewritten=rewritten, data_files=target.data_files())
         self.compacted_at = table.data_files()
+
+    def _expire(self, spark, table) -> None:
+        """After a batch's commit, once an Iceberg target holds a tenth more than
+        `max_snapshots` snapshots: expire all but the newest `max_snapshots` of it, of its
+        delete memory and of its dead letters (never the target's newest with cdc offsets).
+        Each commit writes every snapshot kept into the table's metadata file again, so a
+        table that commits every few seconds would otherwise make each commit cost more, and
+        write more, until `cdc maintain` expires them. An expiry that fails waits for the next."""
+        if not self.max_snapshots or format_of(self.target_ref) == "delta":
+            return
+        if table.snapshot_count() <= self.max_snapshots + max(1, self.max_snapshots // 10):
+            return
+        with self.timer.step("expire"):
+            for part, ref in (("target", self.target_ref), ("delete memory", self.deletes_ref),
+                              ("dead letters", self.dead_letters_ref if self.on_error == "dlq" else None)):
+                if ref is None:
+                    continue
+                try:
+                    expired = (table.keep_snapshots(self.max_snapshots, resume=True) if part == "target"
+                               else open_table(spark, ref).keep_snapshots(self.max_snapshots))
+                except Exception as e:  # noqa: BLE001 - the batch has committed: its job goes on
+                    log(f"the {part}'s snapshots were not expired: {str(e).splitlines()[0][:300]}",
+                        table=self.name, event="expiry-skipped", level="warning", part=part)
+                    continue
+                if expired:
+                    log(f"expired {expired} snapshots of the {part}", table=self.name, event="expired", part=part,
+                        expired=expired, kept=self.max_snapshots)
 
     def _bucketing(self, table) -> tuple[str, str] | None:
         """(the target's key bucket, the events' key bucket) when a small batch into this

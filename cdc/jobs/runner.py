@@ -138,6 +138,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            dead_letters_ref=dead_letters, deletes_ref=deletes,
                            delete_horizon_hours=reg.options.delete_horizon_hours,
                            compact_every_files=reg.options.compact_every_files,
+                           max_snapshots=reg.options.max_snapshots,
                            source_kind=settings.sources[reg.source.name].kind,
                            registry=registry_of(settings, reg),
                            mode=reg.mode, excluded=reg.exclude,

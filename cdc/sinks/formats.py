@@ -8,6 +8,7 @@ each other."""
 from __future__ import annotations
 
 import json
+import time
 from contextlib import contextmanager, nullcontext
 
 from pyspark.sql import functions as F
@@ -27,8 +28,9 @@ HISTORY_PAGE = 20  # Delta commits read at a time while looking for the last one
 
 # How a format's auxiliary tables (delete memory, dead letters) are created.
 TABLE_CLAUSES = {
-    "iceberg": "USING iceberg TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read', "
-               "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')",
+    "iceberg": "USING iceberg TBLPROPERTIES (" + delta.properties_sql({
+        "format-version": "2", "write.delete.mode": "merge-on-read", "write.update.mode": "merge-on-read",
+        "write.merge.mode": "merge-on-read", **iceberg_spark.METADATA_FILES}) + ")",
     "delta": f"USING delta TBLPROPERTIES ({delta.properties_sql(delta.TABLE_PROPERTIES)})",
 }
 
@@ -104,6 +106,25 @@ class IcebergTarget:
     def data_files(self) -> int:
         """The current snapshot's data files (from its summary)."""
         return self._total("total-data-files")
+
+    def limit_metadata_files(self) -> bool:
+        """Have the table's commits delete its older metadata files (METADATA_FILES);
+        True when it did not yet."""
+        if all(self.table.properties().get(k) == v for k, v in iceberg_spark.METADATA_FILES.items()):
+            return False
+        self.set_properties(iceberg_spark.METADATA_FILES)
+        return True
+
+    def snapshot_count(self) -> int:
+        return iceberg_spark.snapshot_count(self.table)
+
+    def keep_snapshots(self, keep: int, resume: bool = False) -> int:
+        """Expire all but the newest `keep` snapshots and, with `resume`, never the newest
+        one that records cdc offsets (where the job resumes); returns how many went."""
+        if self.snapshot_count() <= keep:
+            return 0
+        newest = (iceberg_spark.newest_with_offsets(self.table) or 0) if resume else 0
+        return iceberg_spark.expire_all_but(self.spark, self.table, max(keep, newest + 1), int(time.time() * 1000))
 
     def compact_small_files(self, below_bytes: int) -> int:
         """Rewrite the data files smaller than `below_bytes` into few; returns how many it rewrote."""

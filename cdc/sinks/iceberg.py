@@ -36,6 +36,7 @@ TABLE_PROPERTIES = {
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
     "write.parquet.compression-codec": "zstd",
+    **iceberg_spark.METADATA_FILES,
 }
 
 

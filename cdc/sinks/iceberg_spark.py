@@ -10,6 +10,11 @@ def load_table(spark, ref: str):
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, ref)
 
 
+# Every commit writes the table's metadata file anew, holding every snapshot kept; without
+# these properties each of those files stays on disk, and their total grows with the square
+# of the commits (a small table's first 500 MERGEs left 502 of them, 245 MB).
+METADATA_FILES = {"write.metadata.delete-after-commit.enabled": "true",
+                  "write.metadata.previous-versions-max": "10"}
 DISTRIBUTION_MODE = "spark.sql.iceberg.distribution-mode"  # a session's, over the table's write.*.distribution-mode
 MERGES_DUPLICATE_DVS = (1, 10, 2)  # from this Iceberg release on, a commit merges two deletion vectors of one file
 
@@ -94,6 +99,28 @@ def ancestry_summaries(table):
         yield {k: summary.get(k) for k in summary.keySet().toArray()}
         parent = snap.parentId()
         snap = None if parent is None else table.snapshot(parent)
+
+
+def snapshot_count(table) -> int:
+    return int(table.operations().current().snapshots().size())
+
+
+def newest_with_offsets(table) -> int | None:
+    """How many snapshots of the current ancestry come before the newest one that records
+    cdc offsets (0: the current one); None when none does."""
+    return next((i for i, s in enumerate(ancestry_summaries(table)) if OFFSETS in s), None)
+
+
+def expire_all_but(spark, table, keep: int, now_ms: int) -> int:
+    """Expire every snapshot but the newest `keep` of the current ancestry, deleting the
+    files no snapshot kept reaches (Spark's action, as `cdc maintain`'s procedure: Iceberg's
+    incremental cleanup deletes a deletion vectors file that a kept snapshot still reads);
+    returns how many snapshots went."""
+    before = snapshot_count(table)
+    actions = spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    actions.expireSnapshots(table).expireOlderThan(now_ms).retainLast(keep).execute()
+    table.refresh()
+    return before - snapshot_count(table)
 
 
 def _commit_with_properties(table, operation, summary: dict[str, str], props: dict[str, str]) -> None:

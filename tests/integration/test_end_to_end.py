@@ -313,6 +313,28 @@ def test_a_backlog_is_taken_in_batches_sized_from_the_memory_and_the_record_size
     assert assert_equal(env.dsn, s, "backlog", env.catalog, f"{s}.backlog", ("id",)) == 225
 
 
+def test_a_job_keeps_its_newest_snapshots_and_metadata_files(env):
+    """`options.max_snapshots` from the registration: batch after batch, the job expires all
+    but the newest snapshots of the target, keeps its metadata files to the newest few, and
+    the target still equals the source, its newest snapshot at the topic's end."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".kept (id int PRIMARY KEY, label text)')
+    env.sql(f'INSERT INTO "{s}".kept SELECT g, \'x\' || g FROM generate_series(1, 120) g')
+    name = env.register_table("kept", options={"max_offsets_per_trigger": 30, "max_snapshots": 2})
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate("kept", env.transaction(f'UPDATE "{s}".kept SET label = \'changed\' WHERE id % 3 = 0',
+                                          f'DELETE FROM "{s}".kept WHERE id % 7 = 0'))
+    topic = f"{env.source}.{s}.kept"
+    summaries = env.summaries("kept")
+    assert len(summaries) <= 3 and parse_offsets(summaries[-1])[topic] == {0: end_offset(env, topic)}, summaries
+    metadata = Path(urlparse(env.catalog.load_table(f"{s}.kept").metadata_location).path).parent
+    assert len(list(metadata.glob("*.metadata.json"))) <= 11
+    assert assert_equal(env.dsn, s, "kept", env.catalog, f"{s}.kept", ("id",)) == 120 - 17
+
+
 def last_record_value(env, topic: str) -> bytes:
     from confluent_kafka import Consumer, TopicPartition
 

@@ -316,6 +316,55 @@ def test_a_running_job_rewrites_its_small_files_once_enough_were_added(scratch, 
     assert parse_offsets(h.summaries()[-1])[h.topic.name] == {0: h.topic.next_offset}
 
 
+def test_a_running_job_keeps_its_newest_snapshots_and_metadata_files(scratch, table_name):
+    """Batch after batch, the job expires all but the newest `max_snapshots` snapshots of
+    the target and of its delete memory, never the newest with cdc offsets (here behind a
+    compaction by another writer), and each commit deletes the metadata files past the
+    newest few; a target made without that setting gets it when its job starts. The rows,
+    read back, are the source's, and the next batch resumes from the kept offsets."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from cdc.sinks.formats import open_table
+    from cdc.sinks.iceberg_spark import METADATA_FILES, load_table
+
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name)
+    for ref in (h.applier.target_ref, h.applier.deletes_ref):  # as an older release made them
+        update = load_table(spark, ref).updateProperties()
+        for k in METADATA_FILES:
+            update = update.remove(k)
+        update.commit()
+        assert not METADATA_FILES.items() <= open_table(spark, ref).properties().items()
+    h.applier.max_snapshots = 4
+    h.applier.prepare(spark)  # the job's start
+    for ident in (h.ident, h.ident + DELETES_SUFFIX):
+        assert METADATA_FILES.items() <= catalog.load_table(ident).properties.items(), ident
+    expected, lsn, counts = {}, 100, []
+    for n in range(14):
+        for key in (n % 5, (n + 2) % 5):
+            lsn += 10
+            op = "d" if (n + key) % 4 == 0 else "u"
+            h.topic.change(op, {"id": key, "v": f"v{n}", "n": key}, lsn, lsn + 5)
+            if op == "d":
+                expected.pop(key, None)
+            else:
+                expected[key] = f"v{n}"
+        h.apply()
+        counts.append([len(catalog.load_table(i).snapshots()) for i in (h.ident, h.ident + DELETES_SUFFIX)])
+    assert max(c for pair in counts for c in pair) <= 5 and counts[-1][0] >= 4, counts
+    assert h.values() == expected
+    metadata = Path(urlparse(catalog.load_table(h.ident).metadata_location).path).parent
+    assert len(list(metadata.glob("*.metadata.json"))) <= int(METADATA_FILES["write.metadata.previous-versions-max"]) + 1
+    spark.sql(h.compact_sql())  # a commit without offsets on top: the newest with offsets stays
+    assert open_table(spark, h.applier.target_ref).keep_snapshots(1, resume=True) >= 1
+    kept = h.summaries()
+    assert len(kept) == 2 and parse_offsets(kept[0])[h.topic.name] == {0: h.topic.next_offset}
+    h.topic.change("u", {"id": 9, "v": "after", "n": 9}, lsn + 10, lsn + 15)
+    h.apply()
+    assert h.values() == {**expected, 9: "after"}
+
+
 def test_a_delete_memory_is_not_written_before_the_first_delete(scratch, table_name):
     """Job starts and batches without deletes leave the memory without a snapshot, so no
     batch reads it."""
