@@ -162,18 +162,18 @@ def measure(spark, settings, catalog, sizes: dict) -> dict:
     worst = max(_p95(values) for values in per_table)
     measured = load.ended - since_ms / 1000
     cpu = load.figures
+    cpu_per_batch, jit_per_batch = load.load_cpu_s / max(batches, 1), load.load_jit_s / max(batches, 1)
     print(f"tables: {n} tables, {len(every):,} events at {len(every) / measured:,.0f}/s: p50 {p[49]:.2f}s, "
           f"p95 {p[94]:.2f}s, worst table's p95 {worst:.2f}s; CPU idle {cpu['tables_100_idle_cpu_share']:.1%} "
           f"(the JIT compilers {cpu['tables_100_idle_jit_share']:.1%}), "
           f"under load {cpu['tables_100_cpu_share']:.1%}; {batches:,} batches, "
-          f"{load.load_cpu_s / max(batches, 1):.2f} CPU seconds each (the JIT "
-          f"{load.load_jit_s / max(batches, 1):.2f})", flush=True)
+          f"{cpu_per_batch:.2f} CPU seconds each (the JIT {jit_per_batch:.2f})", flush=True)
     return {**load.figures, "tables_widths": list(WIDTHS), "tables_100_freshness_p50_s": round(p[49], 2),
             "tables_100_freshness_p95_s": round(p[94], 2),
             "tables_100_worst_table_p95_s": round(worst, 2),
             "tables_100_rate_events_per_s": round(len(every) / measured), "tables_count": n,
-            "tables_100_batches": batches, "tables_100_cpu_s_per_batch": round(load.load_cpu_s / max(batches, 1), 2),
-            "tables_100_jit_s_per_batch": round(load.load_jit_s / max(batches, 1), 2)}
+            "tables_100_batches": batches, "tables_100_cpu_s_per_batch": round(cpu_per_batch, 2),
+            "tables_100_jit_s_per_batch": round(jit_per_batch, 2)}
 
 
 def _p95(values: list[float]) -> float:
