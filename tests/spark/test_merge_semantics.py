@@ -341,7 +341,7 @@ def test_a_running_job_keeps_its_newest_snapshots_and_metadata_files(scratch, ta
     for ident in (h.ident, h.ident + DELETES_SUFFIX):
         assert METADATA_FILES.items() <= catalog.load_table(ident).properties.items(), ident
     expected, lsn, counts = {}, 100, []
-    for n in range(14):
+    for n in range(10):
         for key in (n % 5, (n + 2) % 5):
             lsn += 10
             op = "d" if (n + key) % 4 == 0 else "u"
