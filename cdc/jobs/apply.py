@@ -173,7 +173,7 @@ class TableApplier:
             spark.sql(dead_letters.table_sql(self.dead_letters_ref, clause))
         if format_of(self.target_ref) == "iceberg" and target.limit_metadata_files():
             # A target made by an older release: its tables' metadata files were all kept too.
-            for ref in [self.deletes_ref] + ([self.dead_letters_ref] if self.on_error == "dlq" else []):
+            for ref in self._side_tables().values():
                 open_table(spark, ref).limit_metadata_files()
         return self
 
@@ -573,13 +573,10 @@ class TableApplier:
         if table.snapshot_count() <= self.max_snapshots + max(1, self.max_snapshots // 10):
             return
         with self.timer.step("expire"):
-            for part, ref in (("target", self.target_ref), ("delete memory", self.deletes_ref),
-                              ("dead letters", self.dead_letters_ref if self.on_error == "dlq" else None)):
-                if ref is None:
-                    continue
+            for part, ref in {"target": self.target_ref, **self._side_tables()}.items():
                 try:
-                    expired = (table.keep_snapshots(self.max_snapshots, resume=True) if part == "target"
-                               else open_table(spark, ref).keep_snapshots(self.max_snapshots))
+                    kept = table if ref == self.target_ref else open_table(spark, ref)
+                    expired = kept.keep_snapshots(self.max_snapshots, resume=kept is table)
                 except Exception as e:  # noqa: BLE001 - the batch has committed: its job goes on
                     log(f"the {part}'s snapshots were not expired: {str(e).splitlines()[0][:300]}",
                         table=self.name, event="expiry-skipped", level="warning", part=part)
@@ -587,6 +584,13 @@ class TableApplier:
                 if expired:
                     log(f"expired {expired} snapshots of the {part}", table=self.name, event="expired", part=part,
                         expired=expired, kept=self.max_snapshots)
+
+    def _side_tables(self) -> dict[str, str]:
+        """The tables the job writes beside the target, by what the log calls them."""
+        sides = {"delete memory": self.deletes_ref}
+        if self.on_error == "dlq":
+            sides["dead letters"] = self.dead_letters_ref
+        return sides
 
     def _bucketing(self, table) -> tuple[str, str] | None:
         """(the target's key bucket, the events' key bucket) when a small batch into this

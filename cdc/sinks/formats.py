@@ -28,9 +28,7 @@ HISTORY_PAGE = 20  # Delta commits read at a time while looking for the last one
 
 # How a format's auxiliary tables (delete memory, dead letters) are created.
 TABLE_CLAUSES = {
-    "iceberg": "USING iceberg TBLPROPERTIES (" + delta.properties_sql({
-        "format-version": "2", "write.delete.mode": "merge-on-read", "write.update.mode": "merge-on-read",
-        "write.merge.mode": "merge-on-read", **iceberg_spark.METADATA_FILES}) + ")",
+    "iceberg": f"USING iceberg TBLPROPERTIES ({delta.properties_sql(iceberg_spark.TABLE_PROPERTIES)})",
     "delta": f"USING delta TBLPROPERTIES ({delta.properties_sql(delta.TABLE_PROPERTIES)})",
 }
 

@@ -30,14 +30,7 @@ def live_rows_filter(mode: str):
         mode, AlwaysTrue())
 
 
-TABLE_PROPERTIES = {
-    "format-version": "2",
-    "write.delete.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.merge.mode": "merge-on-read",
-    "write.parquet.compression-codec": "zstd",
-    **iceberg_spark.METADATA_FILES,
-}
+TABLE_PROPERTIES = {**iceberg_spark.TABLE_PROPERTIES, "write.parquet.compression-codec": "zstd"}
 
 
 SIMPLE_TYPES = {

@@ -15,6 +15,9 @@ def load_table(spark, ref: str):
 # of the commits (a small table's first 500 MERGEs left 502 of them, 245 MB).
 METADATA_FILES = {"write.metadata.delete-after-commit.enabled": "true",
                   "write.metadata.previous-versions-max": "10"}
+# The properties of every Iceberg table cdc creates (a target adds its own).
+TABLE_PROPERTIES = {"format-version": "2", "write.delete.mode": "merge-on-read", "write.update.mode": "merge-on-read",
+                    "write.merge.mode": "merge-on-read", **METADATA_FILES}
 DISTRIBUTION_MODE = "spark.sql.iceberg.distribution-mode"  # a session's, over the table's write.*.distribution-mode
 MERGES_DUPLICATE_DVS = (1, 10, 2)  # from this Iceberg release on, a commit merges two deletion vectors of one file
 
