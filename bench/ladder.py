@@ -21,7 +21,7 @@ ONE_BATCH = {"max_offsets_per_trigger": 2 ** 31 - 1}  # a backlog measured as on
 class RawConsume(TableApplier):
     """Reads each batch's records from Kafka, and nothing else."""
 
-    def __call__(self, batch, batch_id: int) -> None:
+    def __call__(self, batch, batch_id: int, waited_s: float = 0.0) -> None:
         batch.write.format("noop").mode("overwrite").save()
 
 

@@ -555,6 +555,12 @@ class SparkSettings(Frozen):
         Path(".state/checkpoints"),
         description="The Structured Streaming checkpoints, one directory per table; a local or mounted path "
                     "(not an s3a:// URI), on a mount every driver host shares with cluster deploy mode.")
+    batches_at_once: int | None = Field(
+        None, ge=1,
+        description="Batches a job applies at once, over all its tables (default: twice the cores of "
+                    "`master`); the others wait, the biggest first, a batch's claim doubling every 10 s it "
+                    "waits. Each batch is planned on the driver, so more at once on a few cores makes each "
+                    "slower, not the job faster.")
     retry_for_s: int = Field(
         300, ge=0,
         description="Seconds a job retries, with backoff, while Kafka or the catalog is unreachable, before it "

@@ -45,6 +45,8 @@ KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is 
 KEEP_HEADS = 8  # schema parts a job matches records by (a record of another is searched for its payload)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 SMALL_FILE_BYTES = 1 << 20  # a running job rewrites data files under this size (`compact_every_files`)
+WAIT = "wait"  # the timer's step of a batch's wait for a slot (runner.BatchSlots), before it is applied
+WAIT_SHOWN_S = 0.01  # ... recorded from this long on
 POOLS = 40  # size classes of batches (`size_pool`): 2**39 records and more share the first
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
              "io.delta.exceptions.Concurrent")
@@ -99,8 +101,10 @@ class BatchTimer:
         return self.clock() - self.started
 
     def line(self) -> str:
-        steps = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.steps.items())
-        return f"{self.elapsed():.2f}s ({steps})"
+        """The time applying took, by step; the wait for a slot before it, apart."""
+        steps = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.steps.items() if name != WAIT)
+        waited = f", after {self.steps[WAIT]:.2f}s waiting for a slot" if WAIT in self.steps else ""
+        return f"{self.elapsed():.2f}s ({steps}){waited}"
 
 
 class UnseenSchema(Exception):
@@ -177,14 +181,17 @@ class TableApplier:
                 open_table(spark, ref).limit_metadata_files()
         return self
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0) -> None:
+        """Apply a batch, after it waited `waited_s` for a slot (runner.BatchSlots)."""
         spark = batch.sparkSession
         self.timer = BatchTimer()
+        if waited_s >= WAIT_SHOWN_S:
+            self.timer.steps[WAIT] = waited_s
         with self.timer.step("table"):
             table = open_table(spark, self.target_ref)
             summary = table.last_committed_summary()
         committed = commits.parse_offsets(summary).get(self.topic, {})
-        pool = size_pool(self.name, self._planned_records(batch_id, committed))
+        pool = size_pool(self.name, self.planned_records(batch_id, committed))
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         if committed and self.skip_committed and self._may_hold_part(committed, batch_id):
             seen = None
@@ -373,14 +380,16 @@ class TableApplier:
         start = start.get(self.topic, {})
         return any(o > start.get(p, 0) for p, o in committed.items())
 
-    def _planned_records(self, batch_id: int, committed: dict[int, int]) -> int | None:
+    def planned_records(self, batch_id: int, committed: dict[int, int] | None = None) -> int | None:
         """The records this batch was planned with, from the checkpoint's offset log (where
-        the batch before it ended, else where the table's commits end); None: unknown."""
+        the batch before it ended, else where the table's `committed` offsets end); None: unknown."""
         end = self._planned_end(batch_id)
         if not end:
             return None
         start = (batch_end_offsets(self.checkpoint, batch_id - 1) or {}).get(self.topic) if batch_id else None
         start = start or committed
+        if start is None:
+            return None
         return sum(max(0, o - start.get(p, 0)) for p, o in end.items())
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:

@@ -2,12 +2,15 @@
 SparkSession (so snapshot properties never cross tables), in one Spark application."""
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import shutil
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,7 +147,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            mode=reg.mode, excluded=reg.exclude,
                            masked=reg.mask, mask_key=target.mask_key,
                            format_version=settings.catalog.format_version).prepare(spark)
-    gate = _gates[reg.name] = BatchGate(applier)
+    gate = _gates[reg.name] = BatchGate(applier, batch_slots(spark, settings), applier.planned_records)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(gate)
               .option("checkpointLocation", str(checkpoint)))
     writer = (writer.trigger(availableNow=True) if available_now
@@ -152,21 +155,75 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
     return writer.start()  # a batch's jobs run in a fair-scheduler pool by its size (apply.size_pool)
 
 
+class BatchSlots:
+    """The batches a job applies at once, at most `n` of all its tables'. A freed slot goes
+    to the waiting batch with the strongest claim: log2(1 + its records), plus one for each
+    AGE_S it has waited. The busy tables' batches, holding most of the changes, go first,
+    and a quiet table's batch of a few records waits behind them for a bounded time (about
+    AGE_S × 17 behind batches of 100,000 records), never indefinitely."""
+
+    def __init__(self, n: int, clock=time.monotonic):
+        self.free, self.clock = n, clock
+        self.cond = threading.Condition()
+        self.waiting: dict[int, tuple[int | None, float]] = {}  # ticket -> (records, waiting since)
+        self.granted: set[int] = set()
+        self.tickets = itertools.count()
+
+    def claim(self, ticket: int, now: float) -> float:
+        records, since = self.waiting[ticket]
+        return math.log2(1 + (UNKNOWN_RECORDS if records is None else records)) + (now - since) / AGE_S
+
+    @contextmanager
+    def held(self, records: int | None):
+        """Wait for a slot for a batch of `records` (None: unknown, counted as big), hold it."""
+        with self.cond:
+            ticket = next(self.tickets)
+            self.waiting[ticket] = (records, self.clock())
+            self._grant()
+            while ticket not in self.granted:
+                self.cond.wait()
+            self.granted.remove(ticket)
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.free += 1
+                self._grant()
+
+    def _grant(self) -> None:
+        """The free slots to the strongest claims (the caller holds `cond`)."""
+        while self.free and self.waiting:
+            now = self.clock()
+            ticket = max(self.waiting, key=lambda t: (self.claim(t, now), -t))
+            del self.waiting[ticket]
+            self.granted.add(ticket)
+            self.free -= 1
+        self.cond.notify_all()
+
+
 class BatchGate:
     """A query's foreachBatch function around its applier. `close` lets the batch being
     applied finish and refuses those after it, so a query stops between two batches: Spark's
-    own stop interrupts the query's thread, and with it a MERGE or a commit under way."""
+    own stop interrupts the query's thread, and with it a MERGE or a commit under way.
+    A batch is applied once it holds one of the application's `slots` (`batch_slots`)."""
 
-    def __init__(self, apply):
-        self.apply = apply
-        self.lock = threading.Lock()  # held while a batch is applied
+    def __init__(self, apply, slots: BatchSlots | None = None, records=lambda batch_id: None):
+        self.apply, self.records = apply, records  # records: a batch's planned records (None: unknown)
+        self.slots = slots or BatchSlots(1)
+        self.lock = threading.Lock()  # held while a batch waits for a slot and is applied
         self.closed = False
 
     def __call__(self, df, batch_id: int) -> None:
         with self.lock:
-            if self.closed:  # the query fails without committing it: the next start applies it
-                raise ApplyError(f"batch {batch_id} not applied: the job is stopping")
-            self.apply(df, batch_id)
+            self._refuse_if_closed(batch_id)
+            asked = time.monotonic()
+            with self.slots.held(self.records(batch_id)):
+                self._refuse_if_closed(batch_id)  # closed while it waited
+                self.apply(df, batch_id, time.monotonic() - asked)
+
+    def _refuse_if_closed(self, batch_id: int) -> None:
+        if self.closed:  # the query fails without committing it: the next start applies it
+            raise ApplyError(f"batch {batch_id} not applied: the job is stopping")
 
     def close(self) -> None:
         self.closed = True
@@ -175,6 +232,20 @@ class BatchGate:
 
 
 _gates: dict[str, BatchGate] = {}  # a table's query (by its name) -> its gate
+_slots: dict[int, BatchSlots] = {}  # the job's batch slots, by their number
+_slots_lock = threading.Lock()
+AGE_S = 10.0  # a waiting batch's claim to a slot grows by one (its records doubled) each AGE_S
+UNKNOWN_RECORDS = 1 << 20  # what a batch of unknown size claims as
+
+
+def batch_slots(spark, settings: Settings) -> BatchSlots:
+    """The slots all the job's tables' batches share (`spark.batches_at_once`, by default
+    twice the application's cores). The other batches wait, their offsets fixed, while the
+    next changes gather in Kafka: with a batch of every table under way at once, each
+    took the time of all of them to plan on the driver, and the driver's heap filled."""
+    n = settings.spark.batches_at_once or 2 * max(1, spark.sparkContext.defaultParallelism)
+    with _slots_lock:
+        return _slots.setdefault(n, BatchSlots(n))
 
 
 def stop_query(name: str, query) -> None:

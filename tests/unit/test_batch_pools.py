@@ -18,6 +18,7 @@ def test_a_batch_is_sized_from_the_offset_log_else_from_the_committed_offsets(tm
                            delete_horizon_hours=1, checkpoint=tmp_path)
     write_batch(tmp_path, 0, {"topic": {"0": 50, "1": 7}})
     write_batch(tmp_path, 1, {"topic": {"0": 80, "1": 7, "2": 4}}, committed=False)
-    assert applier._planned_records(1, {0: 10}) == 30 + 0 + 4  # from batch 0's end; a new partition from 0
-    assert applier._planned_records(0, {0: 10, 1: 5}) == 40 + 2  # the first batch: from the commits
-    assert applier._planned_records(2, {}) is None  # not planned here
+    assert applier.planned_records(1, {0: 10}) == 30 + 0 + 4  # from batch 0's end; a new partition from 0
+    assert applier.planned_records(0, {0: 10, 1: 5}) == 40 + 2  # the first batch: from the commits
+    assert applier.planned_records(2, {}) is None  # not planned here
+    assert applier.planned_records(0) is None  # the first batch, the commits not read: unknown

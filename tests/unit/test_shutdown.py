@@ -12,7 +12,7 @@ import pytest
 from cdc.cli import main as cli
 from cdc.errors import ApplyError, Interrupted
 from cdc.jobs import shutdown
-from cdc.jobs.runner import BatchGate
+from cdc.jobs.runner import BatchGate, BatchSlots
 
 
 def test_first_signal_asks_the_graceful_block_to_stop_and_a_second_exits_at_once(monkeypatch):
@@ -44,7 +44,7 @@ def test_a_signal_outside_a_graceful_block_interrupts_the_command(monkeypatch, c
 def test_a_closed_gate_waits_for_the_batch_under_way_and_refuses_the_next():
     started, release, applied = threading.Event(), threading.Event(), []
 
-    def apply(df, batch_id):
+    def apply(df, batch_id, waited_s=0.0):
         started.set()
         release.wait(10)
         applied.append(batch_id)
@@ -64,3 +64,87 @@ def test_a_closed_gate_waits_for_the_batch_under_way_and_refuses_the_next():
     with pytest.raises(ApplyError, match="batch 8 not applied: the job is stopping"):
         gate(None, 8)
     assert applied == [7]
+
+
+def test_gates_sharing_one_slot_apply_one_batch_at_a_time_and_a_closed_gate_refuses_a_waiting_batch():
+    slots, started, release, applied = BatchSlots(1), threading.Event(), threading.Event(), []
+
+    def apply(df, batch_id, waited_s=0.0):
+        started.set()
+        release.wait(10)
+        applied.append(batch_id)
+
+    first, second = BatchGate(apply, slots), BatchGate(apply, slots)
+    holding = threading.Thread(target=first, args=(None, 1))
+    holding.start()
+    started.wait(10)
+    refused = []
+
+    def waiting():
+        try:
+            second(None, 2)
+        except ApplyError as e:
+            refused.append(e.message)
+
+    waiter = threading.Thread(target=waiting)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and applied == []  # batch 2 waits for the slot batch 1 holds
+    closing = threading.Thread(target=second.close)
+    closing.start()
+    while not second.closed:
+        time.sleep(0.01)
+    release.set()
+    for thread in (holding, waiter, closing):
+        thread.join(10)
+    assert applied == [1] and refused == ["batch 2 not applied: the job is stopping"]
+    first(None, 3)  # the slot is free again
+    assert applied == [1, 3]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_freed_slot_goes_to_the_biggest_batch_and_a_small_one_that_waited_long_enough():
+    clock = Clock()
+    slots, order, waiting = BatchSlots(1, clock), [], []
+    holder = slots.held(5)
+    holder.__enter__()  # one batch holds the only slot
+
+    def batch(name, records):
+        with slots.held(records):
+            order.append(name)
+
+    def queue(name, records):
+        thread = threading.Thread(target=batch, args=(name, records))
+        thread.start()
+        while len(slots.waiting) < len(waiting) + 1:
+            time.sleep(0.01)
+        waiting.append(thread)
+
+    queue("quiet", 1)  # log2(2) = 1
+    clock.now = 25.0  # the quiet batch's claim: 1 + 2.5
+    queue("busy", 4095)  # log2(4096) = 12
+    queue("unknown", None)  # counted as big: 20
+    holder.__exit__(None, None, None)
+    waiting[2].join(10)
+    assert order[:1] == ["unknown"]
+    for thread in waiting:
+        thread.join(10)
+    assert order == ["unknown", "busy", "quiet"]
+
+    holder = slots.held(5)
+    holder.__enter__()
+    order.clear(), waiting.clear()
+    queue("quiet", 1)
+    clock.now += 120.0  # 1 + 12: a claim stronger than a new busy batch's
+    queue("busy", 4095)
+    holder.__exit__(None, None, None)
+    for thread in waiting:
+        thread.join(10)
+    assert order == ["quiet", "busy"] and slots.free == 1 and not slots.waiting
