@@ -15,12 +15,12 @@ BEHIND_RECORDS = 10_000  # a continuous job this far behind logs its progress ..
 PROGRESS_EVERY_S = 15  # ... this often (and a job catching up, --available-now or replay, too)
 
 
-def auto_batch_cap(heap_bytes: int, record_bytes: float | None, tables: int) -> int:
+def auto_batch_cap(heap_bytes: int, record_bytes: float | None, batches: int) -> int:
     """The most records a batch takes when `max_offsets_per_trigger` is unset: the
-    records of `tables` batches under way at once fit in BATCH_MEMORY_SHARE of the heap."""
+    records of `batches` under way at once fit in BATCH_MEMORY_SHARE of the heap."""
     if not record_bytes:
         return AUTO_UNKNOWN_RECORDS
-    cap = int(heap_bytes * BATCH_MEMORY_SHARE / max(tables, 1) / record_bytes)
+    cap = int(heap_bytes * BATCH_MEMORY_SHARE / max(batches, 1) / record_bytes)
     return max(AUTO_MIN_RECORDS, min(AUTO_MAX_RECORDS, cap))
 
 

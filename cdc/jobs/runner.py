@@ -96,14 +96,14 @@ def open_target(spark, settings: Settings, reg: TableRegistration) -> Target:
                   target_mask_key(settings, reg, properties), tuple(sorted(marks)))
 
 
-def batch_cap(spark, settings: Settings, reg: TableRegistration, topic: str, tables: int) -> int | None:
+def batch_cap(spark, settings: Settings, reg: TableRegistration, topic: str, batches: int) -> int | None:
     """The most records a batch of the table takes: its `max_offsets_per_trigger`, else
     sized from the memory and the size of the topic's newest records (backlog.py),
-    `tables` sharing the memory."""
+    `batches` under way at once sharing the memory."""
     if reg.options.max_offsets_per_trigger:
         return None
     record_bytes = tail_record_bytes(kafka_access(settings), topic)
-    cap = auto_batch_cap(heap_bytes(spark), record_bytes, tables)
+    cap = auto_batch_cap(heap_bytes(spark), record_bytes, batches)
     log(f"batches of at most {cap:,} records"
         + (f" (about {record_bytes:,.0f} bytes a record)" if record_bytes else " (no record to size yet)"),
         table=reg.name, event="batch-cap", records=cap, record_bytes=round(record_bytes or 0))
@@ -114,8 +114,9 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                  start: dict[str, str], available_now: bool, skip_committed: bool = True,
                  applier_type: type[TableApplier] = TableApplier, tables: int = 1):
     """The table's streaming query from `start`, each micro-batch applied by an
-    `applier_type` (the benchmark swaps the apply step for an append); `tables` share the
-    application's memory."""
+    `applier_type` (the benchmark swaps the apply step for an append); `tables` run in the
+    application, and the batches under way at once (at most its slots) share its memory."""
+    slots = batch_slots(spark, settings)
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
               .options(**{f"kafka.{k}": v for k, v in java_kafka_properties(settings).items()})
@@ -132,7 +133,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
               # A topic with fewer partitions than cores is still read and decoded on every core.
               .option("minPartitions", str(spark.sparkContext.defaultParallelism))
               .options(**batch_sizing(reg.options, available_now,
-                                      batch_cap(spark, settings, reg, target.topic, tables)))
+                                      batch_cap(spark, settings, reg, target.topic, min(tables, slots.n))))
               .options(**start))
     _, deletes, dead_letters = target_refs(settings, reg)
     applier = applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
@@ -147,7 +148,7 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
                            mode=reg.mode, excluded=reg.exclude,
                            masked=reg.mask, mask_key=target.mask_key,
                            format_version=settings.catalog.format_version).prepare(spark)
-    gate = _gates[reg.name] = BatchGate(applier, batch_slots(spark, settings), applier.planned_records)
+    gate = _gates[reg.name] = BatchGate(applier, slots, applier.planned_records)
     writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(gate)
               .option("checkpointLocation", str(checkpoint)))
     writer = (writer.trigger(availableNow=True) if available_now
@@ -163,7 +164,8 @@ class BatchSlots:
     AGE_S × 17 behind batches of 100,000 records), never indefinitely."""
 
     def __init__(self, n: int, clock=time.monotonic):
-        self.free, self.clock = n, clock
+        self.n = self.free = n
+        self.clock = clock
         self.cond = threading.Condition()
         self.waiting: dict[int, tuple[int | None, float]] = {}  # ticket -> (records, waiting since)
         self.granted: set[int] = set()
@@ -180,8 +182,15 @@ class BatchSlots:
             ticket = next(self.tickets)
             self.waiting[ticket] = (records, self.clock())
             self._grant()
-            while ticket not in self.granted:
-                self.cond.wait()
+            try:
+                while ticket not in self.granted:
+                    self.cond.wait()
+            except BaseException:  # interrupted while it waited: the slot is not held
+                if self.waiting.pop(ticket, None) is None:  # granted meanwhile: given back
+                    self.free += 1
+                    self._grant()
+                self.granted.discard(ticket)
+                raise
             self.granted.remove(ticket)
         try:
             yield

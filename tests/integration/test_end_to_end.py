@@ -2,6 +2,8 @@
 pyiceberg and compared with PostgreSQL row for row, every column."""
 from __future__ import annotations
 
+import datetime as dt
+import json
 import re
 from decimal import Decimal
 
@@ -414,14 +416,26 @@ def scrape(port: int, table: str) -> dict:
             "batches": next((v for n, _, v in samples if n == "cdc_batch_duration_seconds_count"), None)}
 
 
-def test_tables_in_one_application_commit_only_their_own_offsets(env):
+def test_tables_in_one_application_commit_only_their_own_offsets(env, tmp_path, capsys):
+    """Every registered table in one job, one SparkSession each, applying one batch at a time
+    (`spark.batches_at_once: 1`): no two batches' applying overlaps."""
+    from cdc.cli.main import main as cdc_main
     from cdc.control.commits import parse_offsets
 
     s = env.schema
     txid = env.transaction(f'UPDATE "{s}".lines SET qty = qty + 1', f'UPDATE "{s}".events SET payload = \'x\'',
                            f'UPDATE "{s}".all_types SET small = 1 WHERE id = 1')
     env.wait_captured(txid)
-    assert env.cdc("run", "--available-now") == 0  # every registered table, one SparkSession each
+    doc = yaml.safe_load(env.config.read_text())
+    doc["spark"]["batches_at_once"] = 1
+    (config := tmp_path / "cdc.yaml").write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    assert cdc_main(["--config", str(config), "--log-format", "json", "run", "--available-now"]) == 0
+    applied = [e for e in map(json.loads, capsys.readouterr().err.splitlines()) if e.get("event") == "batch-applied"]
+    spans = sorted((dt.datetime.fromisoformat(e["time"]).timestamp() - e["seconds"],
+                    dt.datetime.fromisoformat(e["time"]).timestamp()) for e in applied)
+    assert len({e["table"] for e in applied}) >= 3
+    assert all(start >= end - 0.01 for (_, end), (start, _) in zip(spans, spans[1:])), spans
     for table in ("all_types", "lines", "events", "late"):
         summary = env.catalog.load_table(f"{s}.{table}").current_snapshot().summary.additional_properties
         assert list(parse_offsets(summary)) == [f"{env.source}.{s}.{table}"]

@@ -220,11 +220,11 @@ def test_an_automatic_cap_keeps_the_batches_under_way_within_a_share_of_the_memo
     from cdc.jobs.backlog import AUTO_MAX_RECORDS, AUTO_MIN_RECORDS, AUTO_UNKNOWN_RECORDS, auto_batch_cap
 
     gib = 1 << 30
-    assert auto_batch_cap(2 * gib, 2048, tables=1) == 524_288  # half of 2 GiB in 2 KiB records
-    assert auto_batch_cap(2 * gib, 2048, tables=4) == 131_072  # four tables share it
-    assert auto_batch_cap(2 * gib, 2048, tables=100) == AUTO_MIN_RECORDS  # never below the floor
-    assert auto_batch_cap(64 * gib, 100, tables=1) == AUTO_MAX_RECORDS  # nor above the ceiling
-    assert auto_batch_cap(2 * gib, None, tables=1) == AUTO_UNKNOWN_RECORDS  # an empty topic
+    assert auto_batch_cap(2 * gib, 2048, batches=1) == 524_288  # half of 2 GiB in 2 KiB records
+    assert auto_batch_cap(2 * gib, 2048, batches=4) == 131_072  # four batches under way at once share it
+    assert auto_batch_cap(2 * gib, 2048, batches=100) == AUTO_MIN_RECORDS  # never below the floor
+    assert auto_batch_cap(64 * gib, 100, batches=1) == AUTO_MAX_RECORDS  # nor above the ceiling
+    assert auto_batch_cap(2 * gib, None, batches=1) == AUTO_UNKNOWN_RECORDS  # an empty topic
 
 
 def test_catching_up_tells_the_rate_and_the_time_left(capsys):
