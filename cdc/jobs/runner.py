@@ -161,7 +161,7 @@ class BatchSlots:
     to the waiting batch with the strongest claim: log2(1 + its records), plus one for each
     AGE_S it has waited. The busy tables' batches, holding most of the changes, go first,
     and a quiet table's batch of a few records waits behind them for a bounded time (about
-    AGE_S × 17 behind batches of 100,000 records), never indefinitely."""
+    AGE_S × 16 behind batches of 100,000 records), never indefinitely."""
 
     def __init__(self, n: int, clock=time.monotonic):
         self.n = self.free = n

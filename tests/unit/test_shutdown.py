@@ -13,6 +13,7 @@ from cdc.cli import main as cli
 from cdc.errors import ApplyError, Interrupted
 from cdc.jobs import shutdown
 from cdc.jobs.runner import BatchGate, BatchSlots
+from tests.unit.test_supervisor import Clock
 
 
 def test_first_signal_asks_the_graceful_block_to_stop_and_a_second_exits_at_once(monkeypatch):
@@ -102,17 +103,9 @@ def test_gates_sharing_one_slot_apply_one_batch_at_a_time_and_a_closed_gate_refu
     assert applied == [1, 3]
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def test_a_freed_slot_goes_to_the_biggest_batch_and_a_small_one_that_waited_long_enough():
     clock = Clock()
-    slots, order, waiting = BatchSlots(1, clock), [], []
+    slots, order, waiting = BatchSlots(1, lambda: clock.now), [], []
     holder = slots.held(5)
     holder.__enter__()  # one batch holds the only slot
 
