@@ -42,7 +42,7 @@ run: stack-up
 test: stack-up
 	$(PY) -m pyflakes cdc tests bench
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -ra tests/unit tests/spark tests/integration tests/chaos
+	$(PY) -m pytest -ra --durations=30 tests/unit tests/spark tests/integration tests/chaos
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit
