@@ -8,7 +8,7 @@ CDC := $(VENV)/bin/cdc
 JARS := .cache/jars
 MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS)
 
-.PHONY: setup run test test-unit test-spark test-integration differential smoke bench bench-quick bench-peers stack-up stack-down docs clean
+.PHONY: setup run test test-unit test-long test-spark test-integration differential smoke bench bench-quick bench-peers stack-up stack-down docs clean
 
 setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
 
@@ -42,7 +42,11 @@ run: stack-up
 test: stack-up
 	$(PY) -m pyflakes cdc tests bench
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -ra --durations=30 tests/unit tests/spark tests/integration tests/chaos
+	$(PY) -m pytest -ra --durations=30 -m "not long" tests/unit tests/spark tests/integration tests/chaos
+
+# The Delta variants of semantics tests that `make test` leaves to the differential test.
+test-long: stack-up
+	$(PY) -m pytest -ra -m long tests/spark tests/integration tests/chaos
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit

@@ -86,7 +86,7 @@ def test_soft_delete_marks_rows_and_older_changes_still_lose(scratch, table_name
     assert h.rows()[2]["_cdc_deleted"]
 
 
-@pytest.mark.parametrize("sink", ["iceberg", "delta"])
+@pytest.mark.parametrize("sink", ["iceberg", pytest.param("delta", marks=pytest.mark.long)])
 def test_history_keeps_the_changes_that_a_truncate_of_their_batch_ends(scratch, table_name, tmp_path, sink):
     h = Harness(*scratch, table_name, mode="history", sink=sink, delta_root=tmp_path)
     h.topic.change("c", {"id": 1, "v": "held", "n": 1}, 100, 110, ts_ms=T0)
@@ -128,7 +128,7 @@ def soft_delete_changes(topic) -> list[int]:
     return 2
 
 
-@pytest.mark.parametrize("sink", ["iceberg", "delta"])
+@pytest.mark.parametrize("sink", ["iceberg", pytest.param("delta", marks=pytest.mark.long)])
 def test_soft_delete_keeps_every_key_the_source_held_however_batches_are_cut(scratch, table_name, tmp_path, sink):
     whole = Harness(*scratch, table_name + "_w", mode="soft_delete", sink=sink, delta_root=tmp_path)
     first = soft_delete_changes(whole.topic)
