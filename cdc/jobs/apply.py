@@ -114,8 +114,9 @@ class UnseenSchema(Exception):
 
 @dataclass
 class TableApplier:
-    """The foreachBatch function of one table's query. Its SparkSession is the table's
-    own (`spark.newSession()`), so the commit stamps set here land on this table only.
+    """The foreachBatch function of one table's query. A batch comes in a SparkSession of
+    its own (the one Spark runs the query's batches in, or in a shared query the table's own:
+    jobs/shared.py), so the commit stamps set here land on this table only.
     `target_ref` names an Iceberg table or a Delta table's path (sinks/formats.py); the
     delete memory and dead letters are tables of the same format."""
 

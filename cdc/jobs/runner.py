@@ -1,7 +1,10 @@
-"""`cdc run`: one Structured Streaming query per registered table, each in its own
-SparkSession (so snapshot properties never cross tables), in one Spark application."""
+"""`cdc run`: one Structured Streaming query per registered table, or one over the topics of
+many (`spark.shared_query`, jobs/shared.py), in one Spark application. Spark runs each
+query's batches in a session of their own, and a shared query applies each table in its
+own, so snapshot properties never cross tables."""
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -22,7 +25,7 @@ from cdc.control.gaps import check_offsets_available
 from cdc.control.replay import check_start, window as replay_window
 from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError
-from cdc.jobs import metrics
+from cdc.jobs import metrics, shared
 from cdc.jobs import shutdown
 from cdc.jobs.backlog import PROGRESS_EVERY_S, CatchUp, auto_batch_cap, batch_sizing, heap_bytes
 from cdc.jobs.apply import TableApplier
@@ -110,6 +113,55 @@ def batch_cap(spark, settings: Settings, reg: TableRegistration, topic: str, bat
     return cap
 
 
+def kafka_options(spark, settings: Settings) -> dict[str, str]:
+    """The Kafka source's options as every read of the job sets them (what to read, from
+    where, and how much a batch takes are the read's)."""
+    return {
+        "kafka.bootstrap.servers": settings.kafka_bootstrap,
+        **{f"kafka.{k}": v for k, v in java_kafka_properties(settings).items()},
+        "failOnDataLoss": "true",
+        "includeHeaders": "true",  # a key change's two events carry theirs
+        # A fetch that finds no record waits this long at the broker (Kafka's default
+        # 500 ms), and a small batch's read met one: a batch of 5 records read in 0.57 s.
+        "kafka.fetch.max.wait.ms": str(FETCH_WAIT_MS),
+        # What a fetch takes of a partition, and so what each cached consumer holds between
+        # batches (the driver's JVM keeps one per partition read): a record bigger than
+        # this still comes whole, as the first batch of its fetch.
+        "kafka.max.partition.fetch.bytes": str(FETCH_PARTITION_BYTES),
+        # A topic with fewer partitions than cores is still read and decoded on every core.
+        "minPartitions": str(spark.sparkContext.defaultParallelism),
+    }
+
+
+def kafka_range(spark, settings: Settings, topic: str, start: dict[int, int], end: dict[int, int]):
+    """The records of `topic` from `start` (a partition it lacks: from its earliest) up to
+    `end`, each partition's, as a shared query's table reads its part of a batch: the
+    columns of the streaming source's batches."""
+    return (spark.read.format("kafka").options(**kafka_options(spark, settings))
+            .option("assign", json.dumps({topic: sorted(end)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): start.get(p, shared.EARLIEST) for p in end}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
+            .load())
+
+
+def make_applier(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
+                 skip_committed: bool = True, applier_type: type[TableApplier] = TableApplier) -> TableApplier:
+    """The table's applier, prepared in `spark` (the table's own session)."""
+    _, deletes, dead_letters = target_refs(settings, reg)
+    return applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
+                        job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
+                        topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
+                        dead_letters_ref=dead_letters, deletes_ref=deletes,
+                        delete_horizon_hours=reg.options.delete_horizon_hours,
+                        compact_every_files=reg.options.compact_every_files,
+                        max_snapshots=reg.options.max_snapshots,
+                        source_kind=settings.sources[reg.source.name].kind,
+                        registry=registry_of(settings, reg),
+                        mode=reg.mode, excluded=reg.exclude,
+                        masked=reg.mask, mask_key=target.mask_key,
+                        format_version=settings.catalog.format_version).prepare(spark)
+
+
 def stream_query(spark, settings: Settings, reg: TableRegistration, target: Target, checkpoint: Path,
                  start: dict[str, str], available_now: bool, skip_committed: bool = True,
                  applier_type: type[TableApplier] = TableApplier, tables: int = 1):
@@ -117,42 +169,58 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
     `applier_type` (the benchmark swaps the apply step for an append); `tables` run in the
     application, and the batches under way at once (at most its slots) share its memory."""
     slots = batch_slots(spark, settings)
-    reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-              .options(**{f"kafka.{k}": v for k, v in java_kafka_properties(settings).items()})
+    reader = (spark.readStream.format("kafka").options(**kafka_options(spark, settings))
               .option("subscribe", target.topic)
-              .option("failOnDataLoss", "true")
-              .option("includeHeaders", "true")  # a key change's two events carry theirs
-              # A fetch that finds no record waits this long at the broker (Kafka's default
-              # 500 ms), and a small batch's read met one: a batch of 5 records read in 0.57 s.
-              .option("kafka.fetch.max.wait.ms", str(FETCH_WAIT_MS))
-              # What a fetch takes of a partition, and so what each cached consumer holds between
-              # batches (the driver's JVM keeps one per partition read): a record bigger than
-              # this still comes whole, as the first batch of its fetch.
-              .option("kafka.max.partition.fetch.bytes", str(FETCH_PARTITION_BYTES))
-              # A topic with fewer partitions than cores is still read and decoded on every core.
-              .option("minPartitions", str(spark.sparkContext.defaultParallelism))
               .options(**batch_sizing(reg.options, available_now,
                                       batch_cap(spark, settings, reg, target.topic, min(tables, slots.n))))
               .options(**start))
-    _, deletes, dead_letters = target_refs(settings, reg)
-    applier = applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
-                           job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
-                           topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
-                           dead_letters_ref=dead_letters, deletes_ref=deletes,
-                           delete_horizon_hours=reg.options.delete_horizon_hours,
-                           compact_every_files=reg.options.compact_every_files,
-                           max_snapshots=reg.options.max_snapshots,
-                           source_kind=settings.sources[reg.source.name].kind,
-                           registry=registry_of(settings, reg),
-                           mode=reg.mode, excluded=reg.exclude,
-                           masked=reg.mask, mask_key=target.mask_key,
-                           format_version=settings.catalog.format_version).prepare(spark)
+    applier = make_applier(spark, settings, reg, target, checkpoint, skip_committed, applier_type)
     gate = _gates[reg.name] = BatchGate(applier, slots, applier.planned_records)
-    writer = (reader.load().writeStream.queryName(reg.name).foreachBatch(gate)
+    return _started(reader, reg.name, gate, checkpoint, available_now, reg.options.trigger_interval_s)
+
+
+def shared_query(spark, settings: Settings, name: str, members: dict[str, tuple], checkpoint: Path,
+                 available_now: bool, tables: int):
+    """Shared query `name` over its `members` (table name -> (registration, its session,
+    its opened Target)), from each table's committed offsets, in a new `checkpoint`; `tables`
+    run in the application. Returns the query and its SharedBatch."""
+    slots = batch_slots(spark, settings)
+    regs = [reg for reg, _, _ in members.values()]
+    sized = max((tail_record_bytes(kafka_access(settings), t.topic) or 0 for _, _, t in members.values()), default=0)
+    cap = auto_batch_cap(heap_bytes(spark), sized or None, min(tables - len(members) + 1, slots.n))
+    log(f"one query reads the topics of {len(members)} tables, in batches of at most {cap:,} records",
+        table=name, event="shared-query", tables=sorted(members), records=cap)
+    latest = [t.topic for reg, _, t in members.values() if not t.committed and reg.options.starting_offsets == "latest"]
+    ends = end_offsets(kafka_access(settings), latest) if latest else {}  # a new table that starts at the end
+    start = shared.starting_offsets([(t.topic, t.committed or ends.get(t.topic, {}), t.partitions)
+                                     for _, _, t in members.values()])
+    reader = (spark.readStream.format("kafka").options(**kafka_options(spark, settings))
+              .option("subscribe", ",".join(sorted({t.topic for _, _, t in members.values()})))
+              .options(**batch_sizing(regs[0].options, available_now, cap))
+              .option("startingOffsets", start))
+
+    def prepared(member: tuple) -> TableApplier:
+        reg, session, target = member
+        make_active(session)
+        return make_applier(session, settings, reg, target, checkpoint)
+
+    with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:
+        appliers = dict(zip(members, pool.map(prepared, members.values())))
+    sessions = {n: session for n, (_, session, _) in members.items()}
+
+    def read(table: str, first: dict[int, int], last: dict[int, int]):
+        return kafka_range(sessions[table], settings, appliers[table].topic, first, last)
+
+    batch = _gates[name] = shared.SharedBatch(appliers, read, checkpoint, slots, start)
+    return _started(reader, name, batch, checkpoint, available_now, regs[0].options.trigger_interval_s), batch
+
+
+def _started(reader, name: str, each_batch, checkpoint: Path, available_now: bool, interval_s: float):
+    """The query of `reader` started: `each_batch` applies its micro-batches."""
+    writer = (reader.load().writeStream.queryName(name).foreachBatch(each_batch)
               .option("checkpointLocation", str(checkpoint)))
     writer = (writer.trigger(availableNow=True) if available_now
-              else writer.trigger(processingTime=f"{int(reg.options.trigger_interval_s * 1000)} milliseconds"))
+              else writer.trigger(processingTime=f"{int(interval_s * 1000)} milliseconds"))
     return writer.start()  # a batch's jobs run in a fair-scheduler pool by its size (apply.size_pool)
 
 
@@ -240,7 +308,7 @@ class BatchGate:
             pass
 
 
-_gates: dict[str, BatchGate] = {}  # a table's query (by its name) -> its gate
+_gates: dict = {}  # a query (by its name: a table's, or a shared one's) -> its BatchGate or SharedBatch
 _slots: dict[int, BatchSlots] = {}  # the job's batch slots, by their number
 _slots_lock = threading.Lock()
 AGE_S = 10.0  # a waiting batch's claim to a slot grows by one (its records doubled) each AGE_S
@@ -339,11 +407,12 @@ def _input_rows(progress) -> int:
     return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
 
 
-def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | None = None) -> tuple[int, int] | None:
+def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | None = None,
+             checkpoint: Path | None = None) -> tuple[int, int] | None:
     """The table's lag gauge: Kafka's end offsets (`ends`, read now if not given) against
-    the end of the newest batch its checkpoint marks committed (a lag that cannot be read
-    now is read next time). Returns the records left in all partitions and the sum of the
-    offsets applied (None: unknown now)."""
+    the end of the newest batch its query's checkpoint (its own, unless given: a shared
+    query's) marks committed (a lag that cannot be read now is read next time). Returns the
+    records left in all partitions and the sum of the offsets applied (None: unknown now)."""
     topic = topic_for(reg.source.name, reg)
     if ends is None:
         try:
@@ -352,16 +421,19 @@ def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | 
             return None
     if not ends:  # the topic is not there (yet): the job's own check names it
         return None
-    done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
+    checkpoint = checkpoint or settings.path(settings.spark.checkpoint_dir) / reg.name
+    done = (committed_end_offsets(checkpoint) or {}).get(topic, {})
     metrics.record_lag(reg.name, ends, done)
     return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items()), sum(done.values())
 
 
-def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event) -> None:
+def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event,
+              checkpoints: dict[str, Path] | None = None) -> None:
     """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag (with a
     progress line while it is far behind; the end offsets of all the tables' topics in one
-    request) and each source's capture, off the supervisor's loop (a Kafka or Connect
-    outage stalls only this thread)."""
+    request; `checkpoints`: those of tables in a shared query, by table) and each source's
+    capture, off the supervisor's loop (a Kafka or Connect outage stalls only this thread)."""
+    checkpoints = {} if checkpoints is None else checkpoints
     capturing: dict[str, bool] = {}
     reachable = {"kafka": True}
     catchups = {reg.name: CatchUp(reg.name) for reg in tables}
@@ -373,7 +445,8 @@ def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threadi
             except CdcError:
                 ends = {}
             for reg in tables:
-                if (lag := read_lag(settings, reg, ends.get(topics[reg.name], {}))) is not None:
+                lag = read_lag(settings, reg, ends.get(topics[reg.name], {}), checkpoints.get(reg.name))
+                if lag is not None:
                     catchups[reg.name].seen(*lag)
         for source in sorted({t.source.name for t in tables}):
             watch_capture(settings, source, capturing)
@@ -414,9 +487,13 @@ def watch_capture(settings: Settings, source: str, capturing: dict[str, bool]) -
 
 
 class Supervisor:
-    """Runs one query per table; restarts a table's query with backoff while its failure
-    is retriable, for at most `retry_for_s`, then gives that table up with its last error
-    (the other tables go on)."""
+    """Runs one query per table, or one per group of tables with `spark.shared_query`
+    (shared.groups); restarts a table's query with backoff while its failure is retriable,
+    for at most `retry_for_s`, then gives that table up with its last error (the other
+    tables go on). A table that fails in a shared query leaves it for a query of its own;
+    a shared query that fails for none of its tables is retried alike, and when retrying
+    cannot mend it, its tables each go on in a query of their own. Every query starts in
+    the job's session, whose query manager tells the supervisor when one ends."""
 
     def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
                  clock=time.monotonic, sleep=None):
@@ -430,6 +507,17 @@ class Supervisor:
         self.failed: dict[str, CdcError] = {}  # tables given up, with their error
         self.retry_at: dict[str, float] = {}
         self.catchups = {t.name: CatchUp(t.name, clock) for t in tables}
+        self.groups = shared.groups(tables) if settings.spark.shared_query else {}  # shared query -> its tables
+        self.batches: dict[str, shared.SharedBatch] = {}  # a running shared query's foreachBatch function
+        self.checkpoints: dict[str, Path] = {}  # a table in a shared query -> the query's checkpoint
+
+    def tables_of(self, name: str) -> list[str]:
+        """The tables of query `name`: a shared query's, or the table's own."""
+        return list(self.groups.get(name, [name]))
+
+    def running(self) -> list[str]:
+        """The tables whose queries run."""
+        return sorted(t for name in self.queries for t in self.tables_of(name))
 
     def backoff(self, name: str, exc: BaseException) -> None:
         """Wait before the next attempt, or raise: at once for a failure retrying cannot
@@ -471,10 +559,14 @@ class Supervisor:
     def start(self, name: str):
         while not self.stopping:
             try:
-                query = start_query(self.spark.newSession(), self.settings, self.tables[name], self.available_now,
-                                    len(self.tables))
-                jobstate.record(self.settings.state_dir, name, jobstate.RUNNING)
-                self.queries[name] = query
+                if name in self.groups:
+                    query = self.start_shared(name)
+                else:
+                    query = start_query(self.spark, self.settings, self.tables[name], self.available_now,
+                                        len(self.tables))
+                    jobstate.record(self.settings.state_dir, name, jobstate.RUNNING)
+                if query is not None:
+                    self.queries[name] = query
                 return query
             except CdcError as e:
                 e.table = e.table or name
@@ -482,10 +574,92 @@ class Supervisor:
             except Exception as e:  # noqa: BLE001 - py4j: the catalog or Kafka failing under Spark
                 self.backoff(name, e)
 
+    def start_shared(self, name: str):
+        """Shared query `name` over those of its tables whose targets open, from their
+        committed offsets; the others leave it, for queries of their own (None: none is left)."""
+        if not self.groups[name]:
+            del self.groups[name]
+            return None
+
+        def opened(table: str):
+            session = self.spark.newSession()  # the table's own: its batches are applied in it
+            make_active(session)
+            try:
+                return table, (self.tables[table], session, open_target(session, self.settings, self.tables[table]))
+            except Exception as e:  # noqa: BLE001 - the table's own query tells what it is
+                return table, e
+
+        with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:
+            found = dict(pool.map(opened, self.groups[name]))
+        members = {t: m for t, m in found.items() if not isinstance(m, BaseException)}
+        refused = {t: e for t, e in found.items() if isinstance(e, BaseException)}
+        if not members:  # not one opens: the query's failure (an outage), retried as such
+            raise next(iter(refused.values()))
+        directory = self.settings.path(self.settings.spark.checkpoint_dir) / "_shared"
+        tag = hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:12]
+        for old in directory.glob(f"{name}-{tag}-*"):  # a killed job's: this job holds its tables
+            shutil.rmtree(old, ignore_errors=True)
+        checkpoint = directory / f"{name}-{tag}-{int(time.time() * 1000)}"
+        query, batch = shared_query(self.spark, self.settings, name, members, checkpoint, self.available_now,
+                                    len(self.tables))
+        self.batches[name] = batch
+        for table in members:
+            self.checkpoints[table] = checkpoint
+            jobstate.record(self.settings.state_dir, table, jobstate.RUNNING)
+        for table in refused:
+            self.leave(name, table)
+        for table, error in refused.items():  # after the backoff its error calls for (or given up)
+            self.retry(table, error)
+        return query
+
+    def leave(self, name: str, table: str) -> None:
+        """`table` leaves shared query `name`, for a query of its own."""
+        self.groups[name].remove(table)
+        self.checkpoints.pop(table, None)
+        log(f"leaves the shared query {name} for a query of its own", table=table, event="shared-query-left",
+            query=name)
+
+    def shared_ended(self, name: str, exc: BaseException) -> None:
+        """After shared query `name` failed: the tables that failed in it leave it, and it
+        starts again without them; a failure of none of them is retried as the query's, and
+        once retrying cannot mend it, each of its tables goes on in a query of its own."""
+        self.queries.pop(name, None)
+        batch = self.batches.pop(name, None)
+        failed = dict(batch.failed) if batch is not None else {}
+        self.drop_checkpoint(batch)
+        if failed:
+            for table in failed:
+                self.leave(name, table)
+            self.start_or_fail(name)  # the others first: the failed tables wait for their backoff
+            for table, error in sorted(failed.items()):
+                self.retry(table, error)
+            return
+        try:
+            self.backoff(name, exc)
+        except CdcError as error:
+            self.dissolve(name, error)
+            return
+        self.start_or_fail(name)
+
+    def dissolve(self, name: str, error: CdcError) -> None:
+        """Shared query `name`'s tables each go on in a query of their own."""
+        tables = self.groups.pop(name, [])
+        log(f"the shared query failed: {error.message}; its {len(tables)} tables go on in queries of their own",
+            table=name, event="shared-query-dissolved", level="warning", error=error.message)
+        for table in tables:
+            self.checkpoints.pop(table, None)
+            self.start_or_fail(table)
+
+    def drop_checkpoint(self, batch: shared.SharedBatch | None) -> None:
+        """A shared query's checkpoint, once it has ended: the next one starts from its
+        tables' committed offsets."""
+        if batch is not None:
+            shutil.rmtree(batch.checkpoint, ignore_errors=True)
+
     def progress(self, name: str) -> None:
         """A progress line of a table catching up: the records left in Kafka, the rate and
         the time left."""
-        if (lag := read_lag(self.settings, self.tables[name])) is not None:
+        if (lag := read_lag(self.settings, self.tables[name], checkpoint=self.checkpoints.get(name))) is not None:
             self.catchups[name].line(*lag)
 
     def fail(self, name: str, error: CdcError) -> None:
@@ -504,7 +678,10 @@ class Supervisor:
 
     def retry(self, name: str, exc: BaseException) -> None:
         """After a failure of a table's query: start it again after the backoff, or give the
-        table up once retrying cannot mend it."""
+        table up once retrying cannot mend it (a shared query: `shared_ended`)."""
+        if name in self.groups:
+            self.shared_ended(name, exc)
+            return
         try:
             self.backoff(name, exc)
         except CdcError as error:
@@ -513,16 +690,22 @@ class Supervisor:
         self.start_or_fail(name)
 
     def start_all(self) -> None:
-        """Every table's query, START_THREADS starting at once; a table that fails to start
-        is given up (`fail`) and the others go on."""
+        """The shared queries, then every other table's query, START_THREADS starting at
+        once; a table that fails to start is given up (`fail`) and the others go on."""
+        for name in list(self.groups):
+            self.start_or_fail(name)
+        grouped = {t for tables in self.groups.values() for t in tables}
         with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:
-            list(pool.map(self.start_or_fail, self.tables))
+            list(pool.map(self.start_or_fail, [n for n in self.tables if n not in grouped and n not in self.queries]))
 
     def start_or_fail(self, name: str) -> None:
         try:
             self.start(name)
         except CdcError as e:
-            self.fail(name, e)
+            if name in self.groups:
+                self.dissolve(name, e)
+            else:
+                self.fail(name, e)
 
     def outcome(self) -> None:
         """Raise for the failed tables: a lone failed table's own error, else one naming each."""
@@ -537,19 +720,22 @@ class Supervisor:
     def run_available_now(self) -> None:
         """Each table up to what Kafka holds now; a table that fails does not stop the others."""
         self.start_all()
-        for name in list(self.queries):
-            while name not in self.failed:
-                try:
-                    while not self.queries[name].awaitTermination(PROGRESS_EVERY_S):
-                        self.progress(name)
-                    read_lag(self.settings, self.tables[name])
-                    break
-                except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
-                    self.retry(name, e)
-            if name not in self.failed:
-                self.recovered(name)
-                jobstate.record(self.settings.state_dir, name, jobstate.CAUGHT_UP)
-                log("caught up", table=name, event="caught-up", stream=sys.stdout)
+        done: set[str] = set()
+        while pending := [n for n in self.queries if n not in done]:
+            name = pending[0]
+            try:
+                while not self.queries[name].awaitTermination(PROGRESS_EVERY_S):
+                    for table in self.tables_of(name):
+                        self.progress(table)
+            except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
+                self.retry(name, e)  # started again (under the same name), or given up
+                continue
+            done.add(name)
+            self.recovered(name)
+            for table in self.tables_of(name):
+                read_lag(self.settings, self.tables[table], checkpoint=self.checkpoints.get(table))
+                jobstate.record(self.settings.state_dir, table, jobstate.CAUGHT_UP)
+                log("caught up", table=table, event="caught-up", stream=sys.stdout)
         self.outcome()
 
     def run_until_stopped(self) -> None:
@@ -561,15 +747,15 @@ class Supervisor:
         with shutdown.graceful(self.request_stop):
             try:
                 self.start_all()  # a stop signal ends the starts not yet made (`start`)
-                threading.Thread(target=watch_lag, args=(self.settings, list(self.tables.values()), lag_stop),
-                                 daemon=True, name="cdc-lag").start()
+                threading.Thread(target=watch_lag, daemon=True, name="cdc-lag",
+                                 args=(self.settings, list(self.tables.values()), lag_stop, self.checkpoints)).start()
                 while not self.stopping and len(self.failed) < len(self.tables):
                     self.poll()
                 if self.stopping:
                     log("stop requested: stopping the queries", event="stopping", stream=sys.stdout)
                 else:
                     log("every table has failed: stopping", event="stopping", level="error")
-                stopped = sorted(self.queries)
+                stopped = self.running()
                 self.stop()
                 for name in stopped:
                     jobstate.record(self.settings.state_dir, name, jobstate.STOPPED)
@@ -610,6 +796,8 @@ class Supervisor:
     def stop(self) -> None:
         for name, q in self.queries.items():
             stop_query(name, q)
+        for batch in self.batches.values():
+            self.drop_checkpoint(batch)
 
 
 def run(settings: Settings, tables: list[TableRegistration], available_now: bool) -> None:
@@ -621,7 +809,7 @@ def run(settings: Settings, tables: list[TableRegistration], available_now: bool
             supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
         except CdcError as e:
             if not supervisor.failed:  # not one table's failure (those are recorded as they happen)
-                for name in ([e.table] if e.table else list(supervisor.queries)):
+                for name in ([e.table] if e.table in supervisor.tables else supervisor.running()):
                     jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message)
             raise
         finally:

@@ -82,7 +82,7 @@ def isolated(tmp_path, monkeypatch, outcomes: dict):
         return outcome
 
     monkeypatch.setattr(runner, "start_query", start_query)
-    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, ends=None: None)
+    monkeypatch.setattr(runner, "read_lag", lambda *args, **kwargs: None)
     settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=0))
     tables = [TableRegistration(name=n, source={"name": "pg", "schema": "s", "table": n.split(".")[1]})
               for n in outcomes]
@@ -250,3 +250,61 @@ def test_catching_up_tells_the_rate_and_the_time_left(capsys):
     assert seen == [BEHIND_RECORDS * 5, BEHIND_RECORDS * 3]
     watched.seen(0, 50_000)
     assert "s.b: caught up" in capsys.readouterr().err and watched.shown_at is None
+
+
+def test_tables_share_a_query_by_trigger_interval_unless_they_size_their_own_batches():
+    from cdc.config.models import TableRegistration
+    from cdc.jobs.shared import groups
+
+    def reg(name, **options):
+        return TableRegistration(name=name, source={"name": "pg", "schema": "s", "table": name.split(".")[1]},
+                                 options=options)
+
+    tables = [reg("s.a"), reg("s.b"), reg("s.c", trigger_interval_s=10), reg("s.d", trigger_interval_s=10),
+              reg("s.e", trigger_interval_s=30), reg("s.f", max_offsets_per_trigger=5),
+              reg("s.g", min_offsets_per_trigger=5)]
+    assert groups(tables) == {"shared-2s": ["s.a", "s.b"], "shared-10s": ["s.c", "s.d"]}  # s.e alone: its own
+
+
+def test_a_shared_query_starts_from_each_tables_committed_offsets_and_applies_only_the_tables_read():
+    import json
+
+    from cdc.jobs.shared import due, starting_offsets
+
+    start = starting_offsets([("t.a", {0: 5}, (0, 1)), ("t.b", {}, (0,)), ("t.c", {0: 7, 1: 3}, (0, 1))])
+    assert json.loads(start) == {"t.a": {"0": 5, "1": -2}, "t.b": {"0": -2}, "t.c": {"0": 7, "1": 3}}
+    topics = {"a": "t.a", "b": "t.b", "c": "t.c"}
+    assert due(topics, {"t.a": {0: 5, 1: 0}, "t.b": {0: 3}, "t.c": {0: 7}},
+               {"t.a": {0: 5, 1: 0}, "t.b": {0: 4}, "t.c": {0: 7}}) == ["b"]
+    assert due(topics, {"t.a": {0: 5}}, {"t.a": {0: 5, 1: 2}}) == ["a"]  # a partition it had not seen
+    assert due(topics, None, {"t.a": {0: 5}}) == ["a", "b", "c"]  # unknown: all
+
+
+def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_without_it(tmp_path, monkeypatch):
+    from cdc.control import jobstate
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()})
+    sup.settings = Settings(stack=sup.settings.stack, spark=SparkSettings(retry_for_s=0, shared_query=True))
+    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
+    started = []
+
+    class Batch:
+        def __init__(self, members):
+            self.failed = {"s.b": ApplyError("bad record")} if "s.b" in members else {}
+            self.checkpoint = tmp_path / f"cp{len(started)}"
+
+    def shared_query(spark, settings, name, members, checkpoint, available_now, tables):
+        started.append(sorted(members))
+        return (FakeQuery(ApplyError("batch 0: 1 table(s) failed (s.b)")) if "s.b" in members else FakeQuery(),
+                Batch(members))
+
+    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    monkeypatch.setattr(runner, "shared_query", shared_query)
+    with pytest.raises(ApplyError, match="bad record"):
+        sup.run_available_now()
+    assert started == [["s.a", "s.b", "s.c"], ["s.a", "s.c"]]
+    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
+    assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
+        "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}

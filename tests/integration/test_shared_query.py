@@ -1,0 +1,118 @@
+"""`spark.shared_query` on the real stack: one query reads the topics of several tables and
+applies only those with changes, each commit carrying its own table's offsets; a table
+that fails in it leaves it (and is given up on its own) while the others go on."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import yaml
+from confluent_kafka import Producer
+
+from cdc.config.clients import kafka_access
+from cdc.control.commits import parse_offsets
+from tests.conftest import end_offset, interrupt, tail, wait_or_kill
+
+
+def shared_config(env, tmp_path):
+    """The env's cdc.yaml with `spark.shared_query: true`."""
+    doc = yaml.safe_load(env.config.read_text())
+    doc["spark"]["shared_query"] = True
+    config = tmp_path / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
+def create(env, tables, **options):
+    from cdc.config import load_tables
+    from cdc.register.registrar import register
+
+    for t in tables:
+        env.sql(f'CREATE TABLE "{env.schema}".{t} (id int PRIMARY KEY, v text)')
+        env.sql(f'INSERT INTO "{env.schema}".{t} SELECT g, \'v\' || g FROM generate_series(1, 20) g')
+        env.register_table(t, options=options.get(t))
+    register(env.settings, [load_tables(env.settings, f"{env.schema}.{t}")[0] for t in tables])
+
+
+def change(env, table: str, i: int) -> None:
+    env.sql(f'UPDATE "{env.schema}".{table} SET v = \'u{i}\' WHERE id <= {i}')
+    env.sql(f'DELETE FROM "{env.schema}".{table} WHERE id = {20 - i}')
+    env.sql(f'INSERT INTO "{env.schema}".{table} VALUES ({100 + i}, \'n{i}\')')
+
+
+def wait_equal(env, tables, proc, log_path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            for t in tables:
+                env.assert_equal(t)
+            return
+        except AssertionError:
+            assert proc.poll() is None, f"the job ended ({proc.returncode}):\n{tail(log_path)}"
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_one_query_applies_only_the_tables_with_changes_each_with_its_offsets(it_env, tmp_path):
+    env, tables = it_env, ("sh_a", "sh_b", "sh_c")
+    create(env, tables)
+    config = shared_config(env, tmp_path)
+    argv = [sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--available-now",
+            "--table", f"{env.schema}.sh_*"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "one query reads the topics of 3 tables" in done.stderr
+    commits = {t: len(env.summaries(t)) for t in tables}
+    marker = env.transaction(f'UPDATE "{env.schema}".sh_b SET v = \'x\' WHERE id = 3')
+    env.wait_captured(marker)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for t in tables:
+        env.assert_equal(t)
+        topic = f"{env.source}.{env.schema}.{t}"
+        assert parse_offsets(env.summaries(t)[-1])[topic][0] == end_offset(env, topic)
+    # the quiet tables were not committed to again; the one with a change once
+    assert {t: len(env.summaries(t)) - commits[t] for t in tables} == {"sh_a": 0, "sh_b": 1, "sh_c": 0}
+    # each start reads from the tables' committed offsets: its checkpoint goes with it
+    assert not list((env.settings.path(env.settings.spark.checkpoint_dir) / "_shared").glob("*"))
+
+
+def test_a_failing_table_leaves_the_shared_query_and_the_others_go_on(it_env, tmp_path):
+    """Continuous: the poisoned table fails in the shared batch, is seen to, leaves the
+    query and is given up on its own; the others are applied in that batch and after it;
+    a table with its own batch sizes runs in a query of its own throughout."""
+    env = it_env
+    create(env, ("sq_a", "sq_b", "sq_c", "sq_d"), sq_b={"on_error": "fail"}, sq_d={"max_offsets_per_trigger": 500})
+    config = shared_config(env, tmp_path)
+    log_path = tmp_path / "driver.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--table",
+                                 f"{env.schema}.sq_*"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_equal(env, ("sq_a", "sq_b", "sq_c", "sq_d"), proc, log_path)
+        producer = Producer(kafka_access(env.settings).client())
+        producer.produce(f"{env.source}.{env.schema}.sq_b", key=b'{"id": 1}', value=b"not json")
+        assert producer.flush(30) == 0
+        for i, t in enumerate(("sq_a", "sq_b", "sq_c", "sq_d")):
+            change(env, t, i + 1)
+        env.wait_captured(env.marker())
+        wait_equal(env, ("sq_a", "sq_c", "sq_d"), proc, log_path)
+        deadline = time.monotonic() + 300
+        while f"{env.schema}.sq_b: failed: " not in log_path.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, tail(log_path)
+            time.sleep(1)
+        for i, t in enumerate(("sq_a", "sq_c")):  # the shared query goes on without it
+            change(env, t, i + 10)
+        env.wait_captured(env.marker())
+        wait_equal(env, ("sq_a", "sq_c"), proc, log_path)
+    finally:
+        interrupt(proc)
+        wait_or_kill(proc, 60)
+    text = log_path.read_text()
+    assert "one query reads the topics of 3 tables" in text, tail(log_path)  # not sq_d: its own batch sizes
+    assert "leaves the shared query" in text and "sq_b" in text
+    assert proc.returncode != 0  # a table was given up
+    topic = f"{env.source}.{env.schema}.sq_b"
+    assert parse_offsets(env.summaries("sq_b")[-1])[topic][0] < end_offset(env, topic)  # nothing past the bad record
