@@ -1,6 +1,8 @@
 """Chaos: a seeded randomized workload at the source while the replication driver is
-killed again and again (at exact crash points and at random moments); afterwards the
-Iceberg table must equal the PostgreSQL table, compared by a hash of every row.
+killed again and again (at exact crash points and at random moments); afterwards each
+Iceberg table must equal its PostgreSQL table, compared by a hash of every row. The driver
+runs the two tables in queries of their own and in one shared query (`spark.shared_query`)
+in turn, so a kill also lands between tables of one shared batch.
 
 CDC_CHAOS_SEED fixes the seed; `pytest --soak SECONDS` runs longer than CI's few minutes."""
 from __future__ import annotations
@@ -10,14 +12,15 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 
 import psycopg
+import yaml
 
 from cdc.control.faults import ENV as CRASH_ENV
 from tests.compare import differences, row_hashes, source_rows, target_rows
-from tests.conftest import start_driver
 
 HOT_KEYS = 5
 KEY_SPACE = 400
@@ -79,43 +82,62 @@ def test_random_workload_with_driver_kills_ends_exact(it_env, request, tmp_path)
     soak = request.config.getoption("--soak")
     rounds = max(4, soak // 30) if soak else 4
     rng = random.Random(seed)
-    env.sql(f'CREATE TABLE "{s}".chaos (id int PRIMARY KEY, counter int NOT NULL, note text, '
-            f'amount numeric(14,2), updated_at timestamptz)')
-    env.sql(f'INSERT INTO "{s}".chaos SELECT g, 0, \'seed\', g, now() FROM generate_series(0, {KEY_SPACE // 2}) g')
-    name = env.register_table("chaos", options={"max_offsets_per_trigger": 3000})
-    assert env.cdc("register", "--table", name) == 0
+    tables = ("chaos", "chaos_b")
+    for t in tables:
+        env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, counter int NOT NULL, note text, '
+                f'amount numeric(14,2), updated_at timestamptz)')
+        env.sql(f'INSERT INTO "{s}".{t} SELECT g, 0, \'seed\', g, now() FROM generate_series(0, {KEY_SPACE // 2}) g')
+        env.register_table(t)
+    assert env.cdc("register", "--table", f"{s}.chaos*") == 0
+    shared = yaml.safe_load(env.config.read_text())
+    shared["spark"]["shared_query"] = True
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
+    configs = {"own queries": env.config, "shared query": tmp_path / "shared.yaml"}
 
-    workload = Workload(env.dsn, f'"{s}".chaos', seed, until=time.monotonic() + (soak or 75))
-    workload.start()
+    until = time.monotonic() + (soak or 75)
+    workloads = [Workload(env.dsn, f'"{s}".{t}', seed + i, until) for i, t in enumerate(tables)]
+    for workload in workloads:
+        workload.start()
     kills = []
     log_path = tmp_path / "driver.log"
     with open(log_path, "w") as log:
         # every kind of kill: the crash points first (while changes flow), in random order
         plan = rng.sample(["before-merge", "after-commit"], 2) + ["random"] * (rounds - 2)
         for i, how in enumerate(plan):
-            crash = f"{how}:{rng.randint(1, 2)}" if how != "random" else None
-            proc = start_driver(env, "chaos", log, {CRASH_ENV: crash} if crash else None)
+            crash = f"{how}:{rng.randint(1, 3)}" if how != "random" else None
+            mode = list(configs)[i % 2]
+            extra = {CRASH_ENV: crash} if crash else {}
+            proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(configs[mode]), "run",
+                                     "--table", f"{s}.chaos*"], env={**os.environ, **extra}, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 proc.wait(timeout=rng.uniform(20, 45) if crash is None else 120)
             except subprocess.TimeoutExpired:
                 pass
             code = proc.poll()
             kill(proc)
-            kills.append({"round": i, "how": crash or "random moment", "exit": code})
+            kills.append({"round": i, "how": crash or "random moment", "mode": mode, "exit": code})
             assert code in (None, -signal.SIGKILL), f"driver failed on its own (exit {code}):\n" + \
                 log_path.read_text()[-3000:]
-    workload.join()
-    assert workload.error is None, workload.error
-    env.replicate("chaos", env.marker())  # the last workload transaction may have changed no row
+    for workload in workloads:
+        workload.join()
+        assert workload.error is None, workload.error
+    marker = env.marker()  # the last workload transaction may have changed no row
+    for t in tables:
+        env.replicate(t, marker)
 
-    src = source_rows(env.dsn, s, "chaos", ("id",))
-    dst = target_rows(env.catalog, f"{s}.chaos", ("id",))  # asserts no key twice
-    diffs = differences(src, dst)
-    equal = row_hashes(src) == row_hashes(dst, reference=src)
-    figures = {"seed": seed, "transactions": workload.transactions, "statements": workload.statements,
-               "kills": kills, "final_rows": len(src), "equal": equal and not diffs}
+    figures = {"seed": seed, "transactions": sum(w.transactions for w in workloads),
+               "statements": sum(w.statements for w in workloads), "kills": kills}
+    diffs = []
+    for t in tables:
+        src = source_rows(env.dsn, s, t, ("id",))
+        dst = target_rows(env.catalog, f"{s}.{t}", ("id",))  # asserts no key twice
+        diffs += [f"{t}: {d}" for d in differences(src, dst)]
+        if row_hashes(src) != row_hashes(dst, reference=src):
+            diffs.append(f"{t}: row hashes differ")
+        figures[f"final_rows_{t}"] = len(src)
+    figures["equal"] = not diffs
     (env.settings.state_dir / "chaos-last.json").write_text(json.dumps(figures, indent=2))
     with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
         print(f"\nchaos: {json.dumps(figures)}")
-    assert not diffs, f"seed {seed}: target differs:\n" + "\n".join(diffs)
-    assert equal, f"seed {seed}: row hashes differ"
+    assert not diffs, f"seed {seed}: targets differ:\n" + "\n".join(diffs)
