@@ -44,7 +44,8 @@ def _diagnose(settings: Settings, reg: TableRegistration | None, name: str, text
     own = CDC_ERROR.search(text)
     if own:  # a CdcError raised inside a batch, wrapped by Spark: an outage stays one
         kind = DependencyError if own.group(1) == DependencyError.__name__ else ApplyError
-        return kind(f"table {name}: {own.group(2).strip()[:3000]}", table=name)
+        said = own.group(2).strip().removeprefix(f"table {name}: ")  # the applier's own errors name the table
+        return kind(f"table {name}: {said[:3000]}", table=name)
     if "KAFKA_DATA_LOSS" in text or "data loss" in text.lower():
         return ApplyError(f"table {name}: Kafka no longer holds offsets the job has not applied "
                           f"({_cause(text)[:500]})",

@@ -694,9 +694,9 @@ class Supervisor:
         once; a table that fails to start is given up (`fail`) and the others go on."""
         for name in list(self.groups):
             self.start_or_fail(name)
-        grouped = {t for tables in self.groups.values() for t in tables}
+        handled = {t for tables in self.groups.values() for t in tables} | set(self.queries) | set(self.failed)
         with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:
-            list(pool.map(self.start_or_fail, [n for n in self.tables if n not in grouped and n not in self.queries]))
+            list(pool.map(self.start_or_fail, [n for n in self.tables if n not in handled]))
 
     def start_or_fail(self, name: str) -> None:
         try:

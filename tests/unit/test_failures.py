@@ -85,3 +85,6 @@ def test_an_outage_inside_a_batch_stays_an_outage():
                              "connection refused")
     bad = diagnose(Settings(), None, "shop.orders", RuntimeError("x\ncdc.errors.ApplyError: 1 record(s) bad"))
     assert not bad.retriable and bad.message == "table shop.orders: 1 record(s) bad"
+    named = diagnose(Settings(), None, "shop.orders",
+                     RuntimeError("x\ncdc.errors.ApplyError: table shop.orders: 1 record(s) bad"))
+    assert named.message == "table shop.orders: 1 record(s) bad"  # named once

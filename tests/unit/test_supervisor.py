@@ -308,3 +308,29 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
         "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
+
+
+def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path, monkeypatch):
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": [ApplyError("target gone")], "s.c": FakeQuery()})
+    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
+
+    def open_target(spark, settings, reg):
+        if reg.name == "s.b":
+            raise ApplyError("target gone")
+        return object()
+
+    class Batch:
+        failed: dict = {}
+        checkpoint = tmp_path / "cp"
+
+    monkeypatch.setattr(runner, "open_target", open_target)
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest: (FakeQuery(), Batch()))
+    started, start = [], runner.start_query
+    monkeypatch.setattr(runner, "start_query", lambda spark, settings, reg, *a: (started.append(reg.name),
+                                                                                 start(spark, settings, reg, *a))[1])
+    sup.start_all()
+    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
+    assert set(sup.queries) == {"shared-2s"} and started == []  # given up at once (a verdict), not started again
