@@ -563,11 +563,11 @@ class SparkSettings(Frozen):
                     "slower, not the job faster.")
     shared_query: bool = Field(
         False,
-        description="One streaming query reads the topics of all the job's tables that share a trigger interval "
-                    "and set no batch sizes of their own, and applies, in each batch, only the tables with "
-                    "changes in it, each in a commit of its own with its own offsets: a quiet table costs nothing "
-                    "between its changes. A table that fails leaves it for a query of its own. Off: one query per "
-                    "table.")
+        description="One streaming query plans the batches of all the job's tables that share a trigger interval "
+                    "and set no batch sizes of their own; only the tables with changes are applied, the most "
+                    "changes first, each reading all that is planned for it in one commit with its own offsets: a "
+                    "quiet table costs nothing between its changes. A table that fails leaves it for a query of its "
+                    "own. Off: one query per table.")
     retry_for_s: int = Field(
         300, ge=0,
         description="Seconds a job retries, with backoff, while Kafka or the catalog is unreachable, before it "

@@ -3,6 +3,7 @@ size (never all of a week's changes at once), and progress lines with the rate a
 left while it catches up."""
 from __future__ import annotations
 
+import math
 import time
 
 from cdc.log import log
@@ -11,6 +12,8 @@ BATCH_MEMORY_SHARE = 0.5  # of the heap, for the raw records of the batches unde
 AUTO_MIN_RECORDS = 10_000  # an automatic cap never goes below this ...
 AUTO_MAX_RECORDS = 1_000_000  # ... nor above this (a batch commits at least this often)
 AUTO_UNKNOWN_RECORDS = 100_000  # the cap when the topic has no record to size yet
+AGE_S = 10.0  # a waiting batch's claim to a slot grows by one (its records doubled) each AGE_S
+UNKNOWN_RECORDS = 1 << 20  # what a batch of unknown size claims as
 BEHIND_RECORDS = 10_000  # a continuous job this far behind logs its progress ...
 PROGRESS_EVERY_S = 15  # ... this often (and a job catching up, --available-now or replay, too)
 
@@ -22,6 +25,14 @@ def auto_batch_cap(heap_bytes: int, record_bytes: float | None, batches: int) ->
         return AUTO_UNKNOWN_RECORDS
     cap = int(heap_bytes * BATCH_MEMORY_SHARE / max(batches, 1) / record_bytes)
     return max(AUTO_MIN_RECORDS, min(AUTO_MAX_RECORDS, cap))
+
+
+def claim(records: int | None, waited_s: float) -> float:
+    """A waiting batch's claim to be applied: log2(1 + its records) (unknown: UNKNOWN_RECORDS),
+    plus one for each AGE_S it has waited. The busy tables' batches, holding most of the
+    changes, go first, and a quiet table's batch of a few records waits behind them for a
+    bounded time (about AGE_S × 16 behind batches of 100,000 records), never indefinitely."""
+    return math.log2(1 + (UNKNOWN_RECORDS if records is None else records)) + waited_s / AGE_S
 
 
 def heap_bytes(spark) -> int:

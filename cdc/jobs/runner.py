@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import shutil
 import sys
 import threading
@@ -27,7 +26,7 @@ from cdc.decoding.avro import SchemaRegistry
 from cdc.errors import ApplyError, CdcError
 from cdc.jobs import metrics, shared
 from cdc.jobs import shutdown
-from cdc.jobs.backlog import PROGRESS_EVERY_S, CatchUp, auto_batch_cap, batch_sizing, heap_bytes
+from cdc.jobs.backlog import PROGRESS_EVERY_S, CatchUp, auto_batch_cap, batch_sizing, claim, heap_bytes
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.failures import diagnose
 from cdc.log import log
@@ -209,9 +208,10 @@ def shared_query(spark, settings: Settings, name: str, members: dict[str, tuple]
     sessions = {n: session for n, (_, session, _) in members.items()}
 
     def read(table: str, first: dict[int, int], last: dict[int, int]):
+        make_active(sessions[table])  # on the worker's thread
         return kafka_range(sessions[table], settings, appliers[table].topic, first, last)
 
-    batch = _gates[name] = shared.SharedBatch(appliers, read, checkpoint, slots, start)
+    batch = _gates[name] = shared.SharedBatch(appliers, read, checkpoint, slots, start, cap)
     return _started(reader, name, batch, checkpoint, available_now, regs[0].options.trigger_interval_s), batch
 
 
@@ -226,10 +226,8 @@ def _started(reader, name: str, each_batch, checkpoint: Path, available_now: boo
 
 class BatchSlots:
     """The batches a job applies at once, at most `n` of all its tables'. A freed slot goes
-    to the waiting batch with the strongest claim: log2(1 + its records), plus one for each
-    AGE_S it has waited. The busy tables' batches, holding most of the changes, go first,
-    and a quiet table's batch of a few records waits behind them for a bounded time (about
-    AGE_S × 16 behind batches of 100,000 records), never indefinitely."""
+    to the waiting batch with the strongest claim (backlog.claim: its records, and how long
+    it has waited)."""
 
     def __init__(self, n: int, clock=time.monotonic):
         self.n = self.free = n
@@ -241,7 +239,7 @@ class BatchSlots:
 
     def claim(self, ticket: int, now: float) -> float:
         records, since = self.waiting[ticket]
-        return math.log2(1 + (UNKNOWN_RECORDS if records is None else records)) + (now - since) / AGE_S
+        return claim(records, now - since)
 
     @contextmanager
     def held(self, records: int | None):
@@ -311,8 +309,6 @@ class BatchGate:
 _gates: dict = {}  # a query (by its name: a table's, or a shared one's) -> its BatchGate or SharedBatch
 _slots: dict[int, BatchSlots] = {}  # the job's batch slots, by their number
 _slots_lock = threading.Lock()
-AGE_S = 10.0  # a waiting batch's claim to a slot grows by one (its records doubled) each AGE_S
-UNKNOWN_RECORDS = 1 << 20  # what a batch of unknown size claims as
 
 
 def batch_slots(spark, settings: Settings) -> BatchSlots:
@@ -625,7 +621,10 @@ class Supervisor:
         once retrying cannot mend it, each of its tables goes on in a query of its own."""
         self.queries.pop(name, None)
         batch = self.batches.pop(name, None)
-        failed = dict(batch.failed) if batch is not None else {}
+        failed = {}
+        if batch is not None:
+            batch.close()  # the tables being applied finish first
+            failed = batch.take_failed()
         self.drop_checkpoint(batch)
         if failed:
             for table in failed:
@@ -640,6 +639,14 @@ class Supervisor:
             self.dissolve(name, error)
             return
         self.start_or_fail(name)
+
+    def shared_failures(self, name: str) -> None:
+        """The tables that failed in running shared query `name` leave it, each for a query
+        of its own after its backoff (or given up); the query goes on with the others."""
+        batch = self.batches.get(name)
+        for table, error in sorted((batch.take_failed() if batch is not None else {}).items()):
+            self.leave(name, table)
+            self.retry(table, error)
 
     def dissolve(self, name: str, error: CdcError) -> None:
         """Shared query `name`'s tables each go on in a query of their own."""
@@ -730,6 +737,11 @@ class Supervisor:
             except Exception as e:  # noqa: BLE001 - StreamingQueryException from py4j
                 self.retry(name, e)  # started again (under the same name), or given up
                 continue
+            if name in self.batches:  # all planned: its tables apply what is planned for them
+                while not self.batches[name].drained(PROGRESS_EVERY_S):
+                    for table in self.tables_of(name):
+                        self.progress(table)
+                self.shared_failures(name)
             done.add(name)
             self.recovered(name)
             for table in self.tables_of(name):
@@ -778,6 +790,8 @@ class Supervisor:
             ended = True
         if ended:  # before the look: a query ending after it is seen at the next poll
             self.spark.streams.resetTerminated()
+        for name in list(self.batches):
+            self.shared_failures(name)
         for name, q in list(self.queries.items()):
             if not ended and name not in self.failing_since:
                 continue

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from cdc.config.models import TableRegistration
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.errors import ApplyError
+from cdc.jobs.backlog import claim
 
 EARLIEST = -2  # Spark's per-partition code in `startingOffsets`
 
@@ -43,71 +43,132 @@ def starting_offsets(starts: list[tuple[str, dict[int, int], tuple[int, ...]]]) 
                        for topic, offsets, partitions in starts}, sort_keys=True)
 
 
-def due(topics: dict[str, str], start: dict[str, dict[int, int]] | None,
-        end: dict[str, dict[int, int]] | None) -> list[str]:
-    """The tables (by name, of `topics`: name -> topic) whose topic a batch planned from
-    `start` to `end` reads: its range is not empty (a partition `start` lacks counts as
-    read). Unknown offsets: all."""
-    if start is None or end is None:
-        return list(topics)
+def due(topics: dict[str, str], starts: dict[str, dict[int, int]], end: dict[str, dict[int, int]]) -> list[str]:
+    """The tables (by name, of `topics`: name -> topic) that have records to read from where
+    each starts (`starts`, by table; a partition it lacks counts as unread) up to `end`
+    (by topic)."""
     return [name for name, topic in topics.items()
-            if any(o > start.get(topic, {}).get(p, -1) for p, o in end.get(topic, {}).items())]
+            if any(o > starts.get(name, {}).get(p, -1) for p, o in end.get(topic, {}).items())]
+
+
+def records_between(start: dict[int, int], end: dict[int, int]) -> int | None:
+    """The records from `start` up to `end` (None: a partition `start` lacks, so unknown)."""
+    if any(p not in start for p in end):
+        return None
+    return sum(max(0, o - start[p]) for p, o in end.items())
 
 
 class SharedBatch:
-    """A shared query's foreachBatch function. The query only plans the batches (their
-    offsets, in its checkpoint's offset log): each table whose topic has records in a batch
-    reads its own part of it (`read`: a Kafka batch read of its topic's planned range, in
-    the table's own SparkSession) and is applied holding one of the job's slots, the tables
-    with the most records first. A table that fails does not stop the others: its error is
-    kept in `failed` and the batch raises once the others are applied (the supervisor moves
-    it to a query of its own). `close` works as runner.BatchGate's: the batch under way
-    ends, the tables not yet applied are refused."""
+    """A shared query's foreachBatch function, and the workers that apply its tables. The
+    query only plans: each batch's call records where the batch ends in every topic (the
+    checkpoint's offset log) and returns. `slots.n` workers apply, one table each at a time,
+    the table with the strongest claim (backlog.claim: its records not applied yet, and how
+    long since the first of them was planned), holding one of the job's slots: it reads
+    everything planned for it so far, at most `cap` records (a Kafka batch read of its
+    topic's range, `read`, in the table's own SparkSession), in one commit carrying the end
+    of that range as its offsets. So a busy table is applied as often as the slots allow, a
+    quiet one when it has changes, and none waits for the others of a batch. A table that
+    fails is kept in `failed` (the supervisor moves it to a query of its own) and the others
+    go on. `close` lets the tables being applied finish and stops the workers."""
 
-    def __init__(self, appliers: dict, read, checkpoint: Path, slots, start: str):
-        self.appliers, self.read, self.checkpoint, self.slots = appliers, read, checkpoint, slots
+    def __init__(self, appliers: dict, read, checkpoint: Path, slots, start: str, cap: int, clock=time.monotonic):
+        self.appliers, self.read, self.checkpoint, self.slots, self.cap = appliers, read, checkpoint, slots, cap
+        self.clock = clock
         self.topics = {name: applier.topic for name, applier in appliers.items()}
-        # where the first batch starts (`starting_offsets`; an earliest offset is not known)
-        self.start = {topic: {int(p): o for p, o in parts.items() if o >= 0}
-                      for topic, parts in json.loads(start).items()}
-        self.lock = threading.Lock()
-        self.closed = False
+        first = {topic: {int(p): o for p, o in parts.items() if o >= 0} for topic, parts in json.loads(start).items()}
+        self.next = {name: dict(first.get(topic, {})) for name, topic in self.topics.items()}  # its next read's start
+        self.plans: list[tuple[int, dict[str, dict[int, int]], float]] = []  # (batch id, its end, when), oldest first
+        self.busy: set[str] = set()
         self.failed: dict[str, BaseException] = {}
+        self.cond = threading.Condition()
+        self.closed = False
+        self.workers = [threading.Thread(target=self._work, daemon=True, name=f"cdc-shared-{i}")
+                        for i in range(max(1, slots.n))]
+        for worker in self.workers:
+            worker.start()
 
     def __call__(self, df, batch_id: int) -> None:
-        with self.lock:
-            self._refuse_if_closed(batch_id)
-            start = batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id else self.start
-            end = batch_end_offsets(self.checkpoint, batch_id)
-            if start is None or end is None:
-                raise ApplyError(f"batch {batch_id}: its offsets cannot be read from the checkpoint {self.checkpoint}")
-            names = due(self.topics, start, end)
-            records = {name: self.appliers[name].planned_records(batch_id) for name in names}
-            names.sort(key=lambda n: -1 if records[n] is None else records[n], reverse=True)
-            with ThreadPoolExecutor(max(1, min(len(names), self.slots.n)), thread_name_prefix="cdc-shared") as pool:
-                futures = {pool.submit(self._apply, name, start.get(self.topics[name], {}),
-                                       end.get(self.topics[name], {}), batch_id, records[name]): name
-                           for name in names}
-                for future in as_completed(futures):
-                    if (error := future.exception()) is not None:
-                        self.failed[futures[future]] = error
-            if self.failed:
-                failed = sorted(self.failed)
-                raise ApplyError(f"batch {batch_id}: {len(failed)} table(s) failed ({', '.join(failed)}); the "
-                                 f"others were applied")
+        end = batch_end_offsets(self.checkpoint, batch_id)
+        if end is None:
+            raise ApplyError(f"batch {batch_id}: its offsets cannot be read from the checkpoint {self.checkpoint}")
+        with self.cond:
+            if self.closed:
+                raise ApplyError(f"batch {batch_id} not planned: the job is stopping")
+            self.plans.append((batch_id, end, self.clock()))
+            self.cond.notify_all()
 
-    def _apply(self, name: str, start: dict[int, int], end: dict[int, int], batch_id: int,
-               records: int | None) -> None:
-        asked = time.monotonic()
-        with self.slots.held(records):
-            self._refuse_if_closed(batch_id)  # closed while it waited
-            self.appliers[name](self.read(name, start, end), batch_id, time.monotonic() - asked)
+    def drained(self, timeout_s: float) -> bool:
+        """Whether every table has applied all that is planned for it (a failed one aside),
+        waiting up to `timeout_s` for it."""
+        with self.cond:
+            return self.cond.wait_for(lambda: not self.busy and self._pick() is None, timeout_s)
 
-    def _refuse_if_closed(self, batch_id: int) -> None:
-        if self.closed:  # not applied: the next start reads it again from the table's offsets
-            raise ApplyError(f"batch {batch_id} not applied: the job is stopping")
+    def take_failed(self) -> dict[str, BaseException]:
+        """The tables that failed since the last call, with their errors."""
+        with self.cond:
+            failed, self.failed = self.failed, {}
+            return failed
 
     def close(self) -> None:
-        self.closed = True
-        with self.lock:
-            pass
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: not self.busy)
+
+    def _pick(self) -> tuple[str, int, dict[int, int], int | None] | None:
+        """The table to apply next (the caller holds `cond`): its name, the batch its range
+        ends with, that end, and its records; None when no table has anything to apply."""
+        best, now = None, self.clock()
+        for name, topic in self.topics.items():
+            if name in self.busy or name in self.failed or name not in self.appliers:
+                continue
+            start = self.next[name]
+            ahead = [(batch_id, end[topic], at) for batch_id, end, at in self.plans
+                     if due({name: topic}, {name: start}, end)]
+            if not ahead:
+                continue
+            chosen = ahead[0]
+            for plan in ahead[1:]:  # as far as `cap` records allow
+                records = records_between(start, plan[1])
+                if records is None or records > self.cap:
+                    break
+                chosen = plan
+            records = records_between(start, chosen[1])
+            strength = claim(records, now - ahead[0][2])
+            if best is None or strength > best[0]:
+                best = (strength, name, chosen[0], chosen[1], records)
+        return None if best is None else best[1:]
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.closed or self._pick() is not None)
+                if self.closed:
+                    return
+                name, batch_id, end, records = self._pick()
+                self.busy.add(name)
+                start = dict(self.next[name])
+            applied = False
+            try:
+                asked = self.clock()
+                with self.slots.held(records):
+                    if not self.closed:  # closed while it waited: the next start reads it from the table
+                        self.appliers[name](self.read(name, start, end), batch_id, self.clock() - asked)
+                        applied = True
+            except BaseException as e:  # noqa: BLE001 - the table's failure, not the others'
+                with self.cond:
+                    self.failed[name] = e
+                    self.appliers.pop(name)  # the supervisor gives it a query of its own
+            finally:
+                with self.cond:
+                    if applied:
+                        self.next[name] = {**self.next[name], **end}
+                        self._forget_plans()
+                    self.busy.discard(name)
+                    self.cond.notify_all()
+
+    def _forget_plans(self) -> None:
+        """Drop the plans every table has read past, the newest kept (the caller holds `cond`)."""
+        while len(self.plans) > 1 and not due({n: self.topics[n] for n in self.appliers}, self.next,
+                                              self.plans[0][1]):
+            self.plans.pop(0)

@@ -51,6 +51,23 @@ def test_verdicts_about_the_data_are_not_retried():
     assert diagnose(settings, None, "t.a", RuntimeError("org.apache.kafka.common.errors.TimeoutException: x")).retriable
 
 
+class FakeBatch:
+    """A shared query's SharedBatch: its tables that failed, already drained."""
+
+    def __init__(self, failed: dict, tmp_path):
+        self.failed, self.checkpoint = dict(failed), tmp_path / "shared-checkpoint"
+
+    def drained(self, timeout_s):
+        return True
+
+    def take_failed(self):
+        failed, self.failed = self.failed, {}
+        return failed
+
+    def close(self):
+        pass
+
+
 class FakeQuery:
     """A table's streaming query: finishes, or fails with `error` once."""
 
@@ -274,10 +291,50 @@ def test_a_shared_query_starts_from_each_tables_committed_offsets_and_applies_on
     start = starting_offsets([("t.a", {0: 5}, (0, 1)), ("t.b", {}, (0,)), ("t.c", {0: 7, 1: 3}, (0, 1))])
     assert json.loads(start) == {"t.a": {"0": 5, "1": -2}, "t.b": {"0": -2}, "t.c": {"0": 7, "1": 3}}
     topics = {"a": "t.a", "b": "t.b", "c": "t.c"}
-    assert due(topics, {"t.a": {0: 5, 1: 0}, "t.b": {0: 3}, "t.c": {0: 7}},
+    assert due(topics, {"a": {0: 5, 1: 0}, "b": {0: 3}, "c": {0: 7}},
                {"t.a": {0: 5, 1: 0}, "t.b": {0: 4}, "t.c": {0: 7}}) == ["b"]
-    assert due(topics, {"t.a": {0: 5}}, {"t.a": {0: 5, 1: 2}}) == ["a"]  # a partition it had not seen
-    assert due(topics, None, {"t.a": {0: 5}}) == ["a", "b", "c"]  # unknown: all
+    assert due(topics, {"a": {0: 5}, "b": {0: 4}}, {"t.a": {0: 5, 1: 2}, "t.b": {0: 4}}) == ["a"]  # a new partition
+
+
+def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_for_it_up_to_the_cap(tmp_path):
+    """The planner and its workers, without Spark: the checkpoint's offset log as Spark
+    writes it, appliers that record what they are given."""
+    import json
+
+    from cdc.jobs.runner import BatchSlots
+    from cdc.jobs.shared import SharedBatch
+
+    (tmp_path / "offsets").mkdir()
+    applied = []
+
+    class Applier:
+        def __init__(self, topic, fail=False):
+            self.topic, self.fail = topic, fail
+
+        def __call__(self, part, batch_id, waited_s):
+            if self.fail:
+                raise ValueError("bad record")
+            applied.append((part, batch_id))
+
+    appliers = {"busy": Applier("t.busy"), "quiet": Applier("t.quiet"), "idle": Applier("t.idle"),
+                "bad": Applier("t.bad", fail=True)}
+    start = json.dumps({"t.busy": {"0": 0}, "t.quiet": {"0": 10}, "t.idle": {"0": 4}, "t.bad": {"0": 0}})
+    batch = SharedBatch(appliers, lambda name, first, last: (name, first, last), tmp_path, BatchSlots(1), start,
+                        cap=100)
+    try:
+        with batch.cond:  # three batches planned before a worker looks
+            for batch_id, busy, quiet in ((0, 60, 11), (1, 90, 12), (2, 150, 12)):
+                ends = {"t.busy": {"0": busy}, "t.quiet": {"0": quiet}, "t.idle": {"0": 4}, "t.bad": {"0": 1}}
+                (tmp_path / "offsets" / str(batch_id)).write_text("v1\n{}\n" + json.dumps(ends))
+                batch(None, batch_id)
+        assert batch.drained(30)
+    finally:
+        batch.close()
+    # the busy table first (the most records), as far as 100 records allow, then the rest of
+    # it; the quiet table once, both its changes; the idle table never; the bad one set aside
+    assert applied == [(("busy", {0: 0}, {0: 90}), 1), (("busy", {0: 90}, {0: 150}), 2),
+                       (("quiet", {0: 10}, {0: 12}), 2)]
+    assert list(batch.take_failed()) == ["bad"] and batch.take_failed() == {}
 
 
 def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_without_it(tmp_path, monkeypatch):
@@ -289,10 +346,9 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
     sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
     started = []
 
-    class Batch:
+    class Batch(FakeBatch):
         def __init__(self, members):
-            self.failed = {"s.b": ApplyError("bad record")} if "s.b" in members else {}
-            self.checkpoint = tmp_path / f"cp{len(started)}"
+            super().__init__({"s.b": ApplyError("bad record")} if "s.b" in members else {}, tmp_path)
 
     def shared_query(spark, settings, name, members, checkpoint, available_now, tables):
         started.append(sorted(members))
@@ -321,16 +377,36 @@ def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path, mon
             raise ApplyError("target gone")
         return object()
 
-    class Batch:
-        failed: dict = {}
-        checkpoint = tmp_path / "cp"
-
     monkeypatch.setattr(runner, "open_target", open_target)
     monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest: (FakeQuery(), Batch()))
+    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest: (
+        FakeQuery(), FakeBatch({}, tmp_path)))
     started, start = [], runner.start_query
     monkeypatch.setattr(runner, "start_query", lambda spark, settings, reg, *a: (started.append(reg.name),
                                                                                  start(spark, settings, reg, *a))[1])
     sup.start_all()
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert set(sup.queries) == {"shared-2s"} and started == []  # given up at once (a verdict), not started again
+
+
+def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_on(tmp_path, monkeypatch):
+    from cdc.control import jobstate
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()})
+    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
+    started = []
+
+    def shared_query(spark, settings, name, members, *rest):
+        started.append(sorted(members))
+        return FakeQuery(), FakeBatch({"s.b": ApplyError("bad record")}, tmp_path)
+
+    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    monkeypatch.setattr(runner, "shared_query", shared_query)
+    with pytest.raises(ApplyError, match="bad record"):
+        sup.run_available_now()
+    assert started == [["s.a", "s.b", "s.c"]]  # not started again: its other tables were applied
+    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
+    assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
+        "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
