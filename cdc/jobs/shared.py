@@ -38,9 +38,15 @@ def group_name(interval_s: float) -> str:
 def starting_offsets(starts: list[tuple[str, dict[int, int], tuple[int, ...]]]) -> str:
     """The Kafka source's `startingOffsets` of a shared query, for each table's (topic, the
     offsets it starts from, its partitions): those offsets, and a partition it has none for
-    (or a topic it has none for) from its earliest offset."""
-    return json.dumps({topic: {str(p): offsets.get(p, EARLIEST) for p in sorted(set(partitions) | set(offsets))}
-                       for topic, offsets, partitions in starts}, sort_keys=True)
+    (or a topic it has none for) from its earliest offset; of two tables of one topic, the
+    lower (each skips what its target holds)."""
+    doc: dict[str, dict[str, int]] = {}
+    for topic, offsets, partitions in starts:
+        parts = doc.setdefault(topic, {})
+        for p in sorted(set(partitions) | set(offsets)):
+            o = offsets.get(p, EARLIEST)  # EARLIEST (-2) is below every offset
+            parts[str(p)] = min(o, parts.get(str(p), o))
+    return json.dumps(doc, sort_keys=True)
 
 
 def due(topics: dict[str, str], starts: dict[str, dict[int, int]], end: dict[str, dict[int, int]]) -> list[str]:

@@ -290,6 +290,8 @@ def test_a_shared_query_starts_from_each_tables_committed_offsets_and_applies_on
 
     start = starting_offsets([("t.a", {0: 5}, (0, 1)), ("t.b", {}, (0,)), ("t.c", {0: 7, 1: 3}, (0, 1))])
     assert json.loads(start) == {"t.a": {"0": 5, "1": -2}, "t.b": {"0": -2}, "t.c": {"0": 7, "1": 3}}
+    two = starting_offsets([("t.a", {0: 9, 1: 4}, (0, 1)), ("t.a", {0: 5, 1: 6}, (0, 1)), ("t.a", {0: 7}, (0, 1))])
+    assert json.loads(two) == {"t.a": {"0": 5, "1": -2}}  # two tables of one topic: the lower of each
     topics = {"a": "t.a", "b": "t.b", "c": "t.c"}
     assert due(topics, {"a": {0: 5, 1: 0}, "b": {0: 3}, "c": {0: 7}},
                {"t.a": {0: 5, 1: 0}, "t.b": {0: 4}, "t.c": {0: 7}}) == ["b"]
