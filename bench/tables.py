@@ -1,5 +1,5 @@
-"""The many-tables section: one continuous `cdc run` (`spark.shared_query`: one query reads the
-hundred topics) over a hundred registered tables of
+"""The many-tables section: one continuous `cdc run` (`spark.shared_query`: one query plans the
+hundred topics' batches) over a hundred registered tables of
 mixed widths (4, 12 and 36 columns in turn, each shape's events recorded from the real
 connector) whose change rates follow a Zipf law (a few busy, most quiet) adding up to a
 total rate.
@@ -146,7 +146,7 @@ def measure(spark, settings, catalog, sizes: dict) -> dict:
         key, value = next(stream)
         load.producer.produce(topic, key=key, value=value)
     load.start()
-    # One query over the hundred topics (`spark.shared_query`), as a job of many tables is run.
+    # One query plans the hundred topics' batches (`spark.shared_query`), as a job of many tables is run.
     run(settings.model_copy(update={"spark": settings.spark.model_copy(update={"shared_query": True})}), regs,
         available_now=False)
     load.join()

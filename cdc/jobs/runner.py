@@ -404,11 +404,12 @@ def _input_rows(progress) -> int:
 
 
 def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | None = None,
-             checkpoint: Path | None = None) -> tuple[int, int] | None:
+             done: dict[int, int] | None = None) -> tuple[int, int] | None:
     """The table's lag gauge: Kafka's end offsets (`ends`, read now if not given) against
-    the end of the newest batch its query's checkpoint (its own, unless given: a shared
-    query's) marks committed (a lag that cannot be read now is read next time). Returns the
-    records left in all partitions and the sum of the offsets applied (None: unknown now)."""
+    the offsets it has applied (`done`, a shared query's table; else the end of the newest
+    batch its checkpoint marks committed; a lag that cannot be read now is read next time).
+    Returns the records left in all partitions and the sum of the offsets applied (None:
+    unknown now)."""
     topic = topic_for(reg.source.name, reg)
     if ends is None:
         try:
@@ -417,19 +418,19 @@ def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | 
             return None
     if not ends:  # the topic is not there (yet): the job's own check names it
         return None
-    checkpoint = checkpoint or settings.path(settings.spark.checkpoint_dir) / reg.name
-    done = (committed_end_offsets(checkpoint) or {}).get(topic, {})
+    if done is None:
+        done = (committed_end_offsets(settings.path(settings.spark.checkpoint_dir) / reg.name) or {}).get(topic, {})
     metrics.record_lag(reg.name, ends, done)
     return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items()), sum(done.values())
 
 
 def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event,
-              checkpoints: dict[str, Path] | None = None) -> None:
+              applied=lambda table: None) -> None:
     """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag (with a
     progress line while it is far behind; the end offsets of all the tables' topics in one
-    request; `checkpoints`: those of tables in a shared query, by table) and each source's
-    capture, off the supervisor's loop (a Kafka or Connect outage stalls only this thread)."""
-    checkpoints = {} if checkpoints is None else checkpoints
+    request; `applied`: a shared query's table's applied offsets, else None) and each
+    source's capture, off the supervisor's loop (a Kafka or Connect outage stalls only this
+    thread)."""
     capturing: dict[str, bool] = {}
     reachable = {"kafka": True}
     catchups = {reg.name: CatchUp(reg.name) for reg in tables}
@@ -441,7 +442,7 @@ def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threadi
             except CdcError:
                 ends = {}
             for reg in tables:
-                lag = read_lag(settings, reg, ends.get(topics[reg.name], {}), checkpoints.get(reg.name))
+                lag = read_lag(settings, reg, ends.get(topics[reg.name], {}), applied(reg.name))
                 if lag is not None:
                     catchups[reg.name].seen(*lag)
         for source in sorted({t.source.name for t in tables}):
@@ -505,11 +506,17 @@ class Supervisor:
         self.catchups = {t.name: CatchUp(t.name, clock) for t in tables}
         self.groups = shared.groups(tables) if settings.spark.shared_query else {}  # shared query -> its tables
         self.batches: dict[str, shared.SharedBatch] = {}  # a running shared query's foreachBatch function
-        self.checkpoints: dict[str, Path] = {}  # a table in a shared query -> the query's checkpoint
 
     def tables_of(self, name: str) -> list[str]:
         """The tables of query `name`: a shared query's, or the table's own."""
         return list(self.groups.get(name, [name]))
+
+    def applied(self, table: str) -> dict[int, int] | None:
+        """The offsets a table of a running shared query has applied (None: not in one)."""
+        for name, tables in list(self.groups.items()):
+            if table in tables and name in self.batches:
+                return self.batches[name].applied(table)
+        return None
 
     def running(self) -> list[str]:
         """The tables whose queries run."""
@@ -600,7 +607,6 @@ class Supervisor:
                                     len(self.tables))
         self.batches[name] = batch
         for table in members:
-            self.checkpoints[table] = checkpoint
             jobstate.record(self.settings.state_dir, table, jobstate.RUNNING)
         for table in refused:
             self.leave(name, table)
@@ -611,14 +617,13 @@ class Supervisor:
     def leave(self, name: str, table: str) -> None:
         """`table` leaves shared query `name`, for a query of its own."""
         self.groups[name].remove(table)
-        self.checkpoints.pop(table, None)
         log(f"leaves the shared query {name} for a query of its own", table=table, event="shared-query-left",
             query=name)
 
-    def shared_ended(self, name: str, exc: BaseException) -> None:
+    def shared_ended(self, name: str) -> bool:
         """After shared query `name` failed: the tables that failed in it leave it, and it
-        starts again without them; a failure of none of them is retried as the query's, and
-        once retrying cannot mend it, each of its tables goes on in a query of its own."""
+        starts again without them (True); a failure of none of them (False) is retried as
+        the query's (`retry`)."""
         self.queries.pop(name, None)
         batch = self.batches.pop(name, None)
         failed = {}
@@ -632,13 +637,7 @@ class Supervisor:
             self.start_or_fail(name)  # the others first: the failed tables wait for their backoff
             for table, error in sorted(failed.items()):
                 self.retry(table, error)
-            return
-        try:
-            self.backoff(name, exc)
-        except CdcError as error:
-            self.dissolve(name, error)
-            return
-        self.start_or_fail(name)
+        return bool(failed)
 
     def shared_failures(self, name: str) -> None:
         """The tables that failed in running shared query `name` leave it, each for a query
@@ -654,7 +653,6 @@ class Supervisor:
         log(f"the shared query failed: {error.message}; its {len(tables)} tables go on in queries of their own",
             table=name, event="shared-query-dissolved", level="warning", error=error.message)
         for table in tables:
-            self.checkpoints.pop(table, None)
             self.start_or_fail(table)
 
     def drop_checkpoint(self, batch: shared.SharedBatch | None) -> None:
@@ -666,7 +664,7 @@ class Supervisor:
     def progress(self, name: str) -> None:
         """A progress line of a table catching up: the records left in Kafka, the rate and
         the time left."""
-        if (lag := read_lag(self.settings, self.tables[name], checkpoint=self.checkpoints.get(name))) is not None:
+        if (lag := read_lag(self.settings, self.tables[name], done=self.applied(name))) is not None:
             self.catchups[name].line(*lag)
 
     def fail(self, name: str, error: CdcError) -> None:
@@ -684,17 +682,24 @@ class Supervisor:
             event="table-failed", level="error", error=error.message, hint=error.hint, detail=error.detail)
 
     def retry(self, name: str, exc: BaseException) -> None:
-        """After a failure of a table's query: start it again after the backoff, or give the
-        table up once retrying cannot mend it (a shared query: `shared_ended`)."""
-        if name in self.groups:
-            self.shared_ended(name, exc)
+        """After a failure of a query: start it again after the backoff, or give it up once
+        retrying cannot mend it (`give_up`); a shared query whose tables failed starts again
+        without them at once (`shared_ended`)."""
+        if name in self.groups and self.shared_ended(name):
             return
         try:
             self.backoff(name, exc)
         except CdcError as error:
-            self.fail(name, error)
+            self.give_up(name, error)
             return
         self.start_or_fail(name)
+
+    def give_up(self, name: str, error: CdcError) -> None:
+        """A table given up (`fail`); a shared query's tables each go on in a query of their own."""
+        if name in self.groups:
+            self.dissolve(name, error)
+        else:
+            self.fail(name, error)
 
     def start_all(self) -> None:
         """The shared queries, then every other table's query, START_THREADS starting at
@@ -709,10 +714,7 @@ class Supervisor:
         try:
             self.start(name)
         except CdcError as e:
-            if name in self.groups:
-                self.dissolve(name, e)
-            else:
-                self.fail(name, e)
+            self.give_up(name, e)
 
     def outcome(self) -> None:
         """Raise for the failed tables: a lone failed table's own error, else one naming each."""
@@ -745,7 +747,7 @@ class Supervisor:
             done.add(name)
             self.recovered(name)
             for table in self.tables_of(name):
-                read_lag(self.settings, self.tables[table], checkpoint=self.checkpoints.get(table))
+                read_lag(self.settings, self.tables[table], done=self.applied(table))
                 jobstate.record(self.settings.state_dir, table, jobstate.CAUGHT_UP)
                 log("caught up", table=table, event="caught-up", stream=sys.stdout)
         self.outcome()
@@ -760,7 +762,7 @@ class Supervisor:
             try:
                 self.start_all()  # a stop signal ends the starts not yet made (`start`)
                 threading.Thread(target=watch_lag, daemon=True, name="cdc-lag",
-                                 args=(self.settings, list(self.tables.values()), lag_stop, self.checkpoints)).start()
+                                 args=(self.settings, list(self.tables.values()), lag_stop, self.applied)).start()
                 while not self.stopping and len(self.failed) < len(self.tables):
                     self.poll()
                 if self.stopping:

@@ -88,10 +88,8 @@ class SharedBatch:
         self.failed: dict[str, BaseException] = {}
         self.cond = threading.Condition()
         self.closed = False
-        self.workers = [threading.Thread(target=self._work, daemon=True, name=f"cdc-shared-{i}")
-                        for i in range(max(1, slots.n))]
-        for worker in self.workers:
-            worker.start()
+        for i in range(max(1, slots.n)):
+            threading.Thread(target=self._work, daemon=True, name=f"cdc-shared-{i}").start()
 
     def __call__(self, df, batch_id: int) -> None:
         end = batch_end_offsets(self.checkpoint, batch_id)
@@ -109,6 +107,11 @@ class SharedBatch:
         with self.cond:
             return self.cond.wait_for(lambda: not self.busy and self._pick() is None, timeout_s)
 
+    def applied(self, name: str) -> dict[int, int]:
+        """The offsets table `name` has applied up to (where its next read starts)."""
+        with self.cond:
+            return dict(self.next.get(name, {}))
+
     def take_failed(self) -> dict[str, BaseException]:
         """The tables that failed since the last call, with their errors."""
         with self.cond:
@@ -125,21 +128,18 @@ class SharedBatch:
         """The table to apply next (the caller holds `cond`): its name, the batch its range
         ends with, that end, and its records; None when no table has anything to apply."""
         best, now = None, self.clock()
-        for name, topic in self.topics.items():
-            if name in self.busy or name in self.failed or name not in self.appliers:
-                continue
-            start = self.next[name]
+        for name in sorted(self.appliers.keys() - self.busy):  # a table that failed has left `appliers`
+            topic, start = self.topics[name], self.next[name]
             ahead = [(batch_id, end[topic], at) for batch_id, end, at in self.plans
                      if due({name: topic}, {name: start}, end)]
             if not ahead:
                 continue
-            chosen = ahead[0]
+            chosen, records = ahead[0], records_between(start, ahead[0][1])
             for plan in ahead[1:]:  # as far as `cap` records allow
-                records = records_between(start, plan[1])
-                if records is None or records > self.cap:
+                more = records_between(start, plan[1])
+                if more is None or more > self.cap:
                     break
-                chosen = plan
-            records = records_between(start, chosen[1])
+                chosen, records = plan, more
             strength = claim(records, now - ahead[0][2])
             if best is None or strength > best[0]:
                 best = (strength, name, chosen[0], chosen[1], records)
@@ -148,10 +148,11 @@ class SharedBatch:
     def _work(self) -> None:
         while True:
             with self.cond:
-                self.cond.wait_for(lambda: self.closed or self._pick() is not None)
+                while not self.closed and (picked := self._pick()) is None:
+                    self.cond.wait()
                 if self.closed:
                     return
-                name, batch_id, end, records = self._pick()
+                name, batch_id, end, records = picked
                 self.busy.add(name)
                 start = dict(self.next[name])
             applied = False

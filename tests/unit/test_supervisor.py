@@ -64,6 +64,9 @@ class FakeBatch:
         failed, self.failed = self.failed, {}
         return failed
 
+    def applied(self, table):
+        return {}
+
     def close(self):
         pass
 
@@ -336,6 +339,8 @@ def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_f
     # it; the quiet table once, both its changes; the idle table never; the bad one set aside
     assert applied == [(("busy", {0: 0}, {0: 90}), 1), (("busy", {0: 90}, {0: 150}), 2),
                        (("quiet", {0: 10}, {0: 12}), 2)]
+    # what the lag gauge counts as applied: where each table's next read starts
+    assert [batch.applied(n) for n in ("busy", "quiet", "idle")] == [{0: 150}, {0: 12}, {0: 4}]
     assert list(batch.take_failed()) == ["bad"] and batch.take_failed() == {}
 
 
