@@ -20,12 +20,16 @@ def _file(state_dir: Path, table: str) -> Path:
     return state_dir / "jobs" / f"{table}.json"
 
 
-def record(state_dir: Path, table: str, state: str, error: str | None = None, now: dt.datetime | None = None) -> None:
+def record(state_dir: Path, table: str, state: str, error: str | None = None, now: dt.datetime | None = None,
+           query: str | None = None) -> None:
+    """The table's state (and its error; `query`: the shared query that reads it)."""
     f = _file(state_dir, table)
     f.parent.mkdir(parents=True, exist_ok=True)
     doc = {"state": state, "pid": os.getpid(), "updated_at": (now or dt.datetime.now(dt.timezone.utc)).isoformat()}
     if error:
         doc["error"] = error[:2000]
+    if query:
+        doc["query"] = query
     tmp = f.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
     tmp.replace(f)

@@ -132,11 +132,15 @@ def kafka_options(spark, settings: Settings) -> dict[str, str]:
     }
 
 
-def kafka_range(spark, settings: Settings, topic: str, start: dict[int, int], end: dict[int, int]):
+def kafka_range(spark, settings: Settings, topic: str, start: dict[int, int], end: dict[int, int], group: str):
     """The records of `topic` from `start` (a partition it lacks: from its earliest) up to
     `end`, each partition's, as a shared query's table reads its part of a batch: the
-    columns of the streaming source's batches."""
+    columns of the streaming source's batches. The reads of one `group` share their Kafka
+    consumers: the executors keep them cached by group and partition, and a batch read
+    otherwise names a new group each time, so each read made (and connected) new ones.
+    Partitions are assigned, never subscribed, and no offset is committed to the group."""
     return (spark.read.format("kafka").options(**kafka_options(spark, settings))
+            .option("kafka.group.id", group)
             .option("assign", json.dumps({topic: sorted(end)}))
             .option("startingOffsets", json.dumps({topic: {str(p): start.get(p, shared.EARLIEST) for p in end}}))
             .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
@@ -209,7 +213,7 @@ def shared_query(spark, settings: Settings, name: str, members: dict[str, tuple]
 
     def read(table: str, first: dict[int, int], last: dict[int, int]):
         make_active(sessions[table])  # on the worker's thread
-        return kafka_range(sessions[table], settings, appliers[table].topic, first, last)
+        return kafka_range(sessions[table], settings, appliers[table].topic, first, last, f"cdc-shared-{table}")
 
     batch = _gates[name] = shared.SharedBatch(appliers, read, checkpoint, slots, start, cap)
     return _started(reader, name, batch, checkpoint, available_now, regs[0].options.trigger_interval_s), batch
@@ -607,7 +611,7 @@ class Supervisor:
                                     len(self.tables))
         self.batches[name] = batch
         for table in members:
-            jobstate.record(self.settings.state_dir, table, jobstate.RUNNING)
+            jobstate.record(self.settings.state_dir, table, jobstate.RUNNING, query=name)
         for table in refused:
             self.leave(name, table)
         for table, error in refused.items():  # after the backoff its error calls for (or given up)

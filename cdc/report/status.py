@@ -129,4 +129,13 @@ def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
                          f"run `cdc bootstrap --table {r['table']}` to resume it")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
-    return "\n".join(lines + capture_lines(list(captures)))
+    return "\n".join(lines + shared_lines(rows) + capture_lines(list(captures)))
+
+
+def shared_lines(rows: list[dict]) -> list[str]:
+    """A line for each shared query that reads running tables: its name and how many."""
+    shared: dict[str, int] = {}
+    for r in rows:
+        if r["job"]["state"] == jobstate.RUNNING and r["job"].get("query"):
+            shared[r["job"]["query"]] = shared.get(r["job"]["query"], 0) + 1
+    return [f"shared query {name}: reads {n} of these tables" for name, n in sorted(shared.items())]

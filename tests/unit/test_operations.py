@@ -81,3 +81,16 @@ def test_an_inactive_slot_over_its_wal_threshold_is_a_problem():
     assert code == errors.FAILED and found[0].startswith(warning)
     quiet = {**capture, "slot": {**slot, "over_wal_warn": False}}
     assert len(format_text([quiet])) == 1 and problems([row("s.a")], [quiet]) == (0, [])
+
+
+def test_status_names_the_shared_query_of_each_running_table(tmp_path):
+    from cdc.control import jobstate
+    from cdc.report.status import shared_lines
+
+    jobstate.record(tmp_path, "s.a", jobstate.RUNNING, query="shared-2s")
+    jobstate.record(tmp_path, "s.b", jobstate.RUNNING, query="shared-2s")
+    jobstate.record(tmp_path, "s.c", jobstate.STOPPED, query="shared-2s")  # a query that has ended
+    jobstate.record(tmp_path, "s.d", jobstate.RUNNING)  # a query of its own
+    rows = [{**row(t), "job": jobstate.read(tmp_path, t)} for t in ("s.a", "s.b", "s.c", "s.d")]
+    assert rows[0]["job"]["query"] == "shared-2s" and "query" not in rows[3]["job"]
+    assert shared_lines(rows) == ["shared query shared-2s: reads 2 of these tables"]

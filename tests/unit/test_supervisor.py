@@ -374,6 +374,7 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
 
 
 def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path, monkeypatch):
+    from cdc.control import jobstate
     from cdc.jobs import runner
 
     sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": [ApplyError("target gone")], "s.c": FakeQuery()})
@@ -394,6 +395,7 @@ def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path, mon
     sup.start_all()
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert set(sup.queries) == {"shared-2s"} and started == []  # given up at once (a verdict), not started again
+    assert [jobstate.read(tmp_path, n).get("query") for n in ("s.a", "s.b", "s.c")] == ["shared-2s", None, "shared-2s"]
 
 
 def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_on(tmp_path, monkeypatch):
