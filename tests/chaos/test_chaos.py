@@ -89,10 +89,12 @@ def test_random_workload_with_driver_kills_ends_exact(it_env, request, tmp_path)
         env.sql(f'INSERT INTO "{s}".{t} SELECT g, 0, \'seed\', g, now() FROM generate_series(0, {KEY_SPACE // 2}) g')
         env.register_table(t)
     assert env.cdc("register", "--table", f"{s}.chaos*") == 0
-    shared = yaml.safe_load(env.config.read_text())
-    shared["spark"]["shared_query"] = True
-    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
-    configs = {"own queries": env.config, "shared query": tmp_path / "shared.yaml"}
+    configs = {}
+    for mode, shared in (("own queries", False), ("shared query", True)):
+        doc = yaml.safe_load(env.config.read_text())
+        doc["spark"]["shared_query"] = shared
+        configs[mode] = tmp_path / f"{mode.replace(' ', '_')}.yaml"
+        configs[mode].write_text(yaml.safe_dump(doc))
 
     until = time.monotonic() + (soak or 75)
     workloads = [Workload(env.dsn, f'"{s}".{t}', seed + i, until) for i, t in enumerate(tables)]

@@ -91,7 +91,8 @@ class FakeQuery:
 
 
 def isolated(tmp_path, monkeypatch, outcomes: dict):
-    """A supervisor of the tables in `outcomes` (name -> what starting its query does)."""
+    """A supervisor of the tables in `outcomes` (name -> what starting its query does), each
+    in a query of its own (a test of shared queries sets `groups`)."""
     from cdc.config.models import StackSettings, TableRegistration
     from cdc.jobs import runner
 
@@ -103,7 +104,7 @@ def isolated(tmp_path, monkeypatch, outcomes: dict):
 
     monkeypatch.setattr(runner, "start_query", start_query)
     monkeypatch.setattr(runner, "read_lag", lambda *args, **kwargs: None)
-    settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=0))
+    settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=0, shared_query=False))
     tables = [TableRegistration(name=n, source={"name": "pg", "schema": "s", "table": n.split(".")[1]})
               for n in outcomes]
 
@@ -284,6 +285,9 @@ def test_tables_share_a_query_by_trigger_interval_unless_they_size_their_own_bat
               reg("s.e", trigger_interval_s=30), reg("s.f", max_offsets_per_trigger=5),
               reg("s.g", min_offsets_per_trigger=5)]
     assert groups(tables) == {"shared-2s": ["s.a", "s.b"], "shared-10s": ["s.c", "s.d"]}  # s.e alone: its own
+    # by default a job's tables share queries; `spark.shared_query: false` gives each its own
+    assert Supervisor(None, Settings(), tables, available_now=True).groups == groups(tables)
+    assert Supervisor(None, Settings(spark=SparkSettings(shared_query=False)), tables, available_now=True).groups == {}
 
 
 def test_a_shared_query_starts_from_each_tables_committed_offsets_and_applies_only_the_tables_read():
