@@ -55,22 +55,22 @@ def wait_equal(env, tables, proc, log_path, timeout_s: float = 300) -> None:
             time.sleep(1)
 
 
-def test_one_query_applies_only_the_tables_with_changes_each_with_its_offsets(it_env, tmp_path):
+def test_one_query_applies_only_the_tables_with_changes_each_with_its_offsets(it_env, tmp_path, capsys):
+    from cdc.cli.main import main as cdc_main
+
     env, tables = it_env, ("sh_a", "sh_b", "sh_c")
     create(env, tables)
     config = shared_config(env, tmp_path)
     shared_dir = env.settings.path(env.settings.spark.checkpoint_dir) / "_shared"
     before = set(shared_dir.glob("*"))  # a killed job's, of other tables, stays until they run again
-    argv = [sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--available-now",
-            "--table", f"{env.schema}.sh_*"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "one query reads the topics of 3 tables" in done.stderr
+    argv = ["--config", str(config), "run", "--available-now", "--table", f"{env.schema}.sh_*"]
+    capsys.readouterr()
+    assert cdc_main(argv) == 0  # in this process: the run's SparkSession
+    assert "one query reads the topics of 3 tables" in capsys.readouterr().err
     commits = {t: len(env.summaries(t)) for t in tables}
     marker = env.transaction(f'UPDATE "{env.schema}".sh_b SET v = \'x\' WHERE id = 3')
     env.wait_captured(marker)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert cdc_main(argv) == 0
     for t in tables:
         env.assert_equal(t)
         topic = f"{env.source}.{env.schema}.{t}"
