@@ -6,6 +6,7 @@ Kafka Connect, the slot's row)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 
 from cdc import errors
 from cdc.config.clients import kafka_access
@@ -134,8 +135,5 @@ def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
 
 def shared_lines(rows: list[dict]) -> list[str]:
     """A line for each shared query that reads running tables: its name and how many."""
-    shared: dict[str, int] = {}
-    for r in rows:
-        if r["job"]["state"] == jobstate.RUNNING and r["job"].get("query"):
-            shared[r["job"]["query"]] = shared.get(r["job"]["query"], 0) + 1
+    shared = Counter(r["job"]["query"] for r in rows if r["job"]["state"] == jobstate.RUNNING and r["job"].get("query"))
     return [f"shared query {name}: reads {n} of these tables" for name, n in sorted(shared.items())]
