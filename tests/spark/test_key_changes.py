@@ -17,9 +17,8 @@ def big(i: int) -> str:
     return f"value {i} " + "x" * 100
 
 
-@pytest.fixture(params=[pytest.param((sink, mode), id=f"{sink}-{mode}", marks=[pytest.mark.long] if (
-    sink == "delta" and mode != "upsert") else []) for sink in ("iceberg", "delta")
-    for mode in ("upsert", "history", "soft_delete")])
+@pytest.fixture(params=[pytest.param((sink, mode), id=f"{sink}-{mode}", marks=[pytest.mark.long] if sink == "delta" else [])
+                        for sink in ("iceberg", "delta") for mode in ("upsert", "history", "soft_delete")])
 def h(request, scratch, table_name, tmp_path):
     sink, mode = request.param
     return Harness(*scratch, table_name, sink=sink, delta_root=tmp_path, mode=mode)
