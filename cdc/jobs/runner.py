@@ -343,6 +343,7 @@ FETCH_PARTITION_BYTES = 1 << 20  # the most a fetch takes of one partition (Kafk
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
 FAILED_RETRY_S = 60.0  # how long a continuous job waits before it tries a failed table again
 START_THREADS = 4  # tables whose queries start at once: a start waits mostly on the catalog, Kafka and the JVM
+SHARED_TABLES = "cdc-tables.json"  # in a shared query's checkpoint: the tables it reads (drop_dead_checkpoints)
 _registries: dict[str, SchemaRegistry] = {}
 
 
@@ -608,9 +609,10 @@ class Supervisor:
             raise next(iter(refused.values()))
         directory = self.settings.path(self.settings.spark.checkpoint_dir) / "_shared"
         tag = hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:12]
-        for old in directory.glob(f"{name}-{tag}-*"):  # a killed job's: this job holds its tables
-            shutil.rmtree(old, ignore_errors=True)
+        self.drop_dead_checkpoints(directory, f"{name}-{tag}-")
         checkpoint = directory / f"{name}-{tag}-{int(time.time() * 1000)}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / SHARED_TABLES).write_text(json.dumps(sorted(members)))
         query, batch = shared_query(self.spark, self.settings, name, members, checkpoint, self.available_now,
                                     len(self.tables))
         self.batches[name] = batch
@@ -621,6 +623,23 @@ class Supervisor:
         for table, error in refused.items():  # after the backoff its error calls for (or given up)
             self.retry(table, error)
         return query
+
+    def drop_dead_checkpoints(self, directory: Path, same: str) -> None:
+        """The shared queries' checkpoints a killed job left (a stopped one removes its own):
+        those naming a table of this job, which holds every one of its tables' locks (no
+        live job reads them), and, of a release that did not name them, those of the same
+        query over the same tables (`same`, their names' start). This job's running queries'
+        are kept."""
+        running = {batch.checkpoint for batch in self.batches.values()}
+        for old in directory.glob("*"):
+            if old in running:
+                continue
+            try:
+                tables = set(json.loads((old / SHARED_TABLES).read_text()))
+            except (OSError, ValueError):
+                tables = None
+            if (old.name.startswith(same) if tables is None else tables & self.tables.keys()):
+                shutil.rmtree(old, ignore_errors=True)
 
     def leave(self, name: str, table: str) -> None:
         """`table` leaves shared query `name`, for a query of its own."""

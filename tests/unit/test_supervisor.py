@@ -104,7 +104,8 @@ def isolated(tmp_path, monkeypatch, outcomes: dict):
 
     monkeypatch.setattr(runner, "start_query", start_query)
     monkeypatch.setattr(runner, "read_lag", lambda *args, **kwargs: None)
-    settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=0, shared_query=False))
+    settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(
+        retry_for_s=0, shared_query=False, checkpoint_dir=tmp_path / "checkpoints"))
     tables = [TableRegistration(name=n, source={"name": "pg", "schema": "s", "table": n.split(".")[1]})
               for n in outcomes]
 
@@ -353,7 +354,7 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
     from cdc.jobs import runner
 
     sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()})
-    sup.settings = Settings(stack=sup.settings.stack, spark=SparkSettings(retry_for_s=0, shared_query=True))
+    sup.settings = Settings(stack=sup.settings.stack, spark=sup.settings.spark.model_copy(update={"shared_query": True}))
     sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
     started = []
 
@@ -375,6 +376,32 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
         "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
+
+
+def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tmp_path, monkeypatch):
+    import json
+
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery()})
+    sup.groups = {"shared-2s": ["s.a", "s.b"]}
+    directory = tmp_path / "checkpoints" / "_shared"
+    running = FakeBatch({}, tmp_path)  # another shared query of this job, running
+    running.checkpoint = directory / "shared-20s-1"
+    sup.batches["shared-20s"] = running
+    left = {"dead": ["s.a", "s.z"], "other": ["s.y", "s.z"], "shared-20s-1": ["s.b"]}  # a killed job's; a live one's
+    for name, tables in left.items():
+        (directory / name).mkdir(parents=True)
+        (directory / name / runner.SHARED_TABLES).write_text(json.dumps(tables))
+    (directory / "unnamed").mkdir()  # an older release's, of other tables
+    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    made = []
+    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, checkpoint, *rest: (
+        made.append(checkpoint), (FakeQuery(), FakeBatch({}, tmp_path)))[1])
+    sup.start_all()
+    assert sorted(p.name for p in directory.iterdir()) == sorted(["other", "shared-20s-1", "unnamed", made[0].name])
+    assert json.loads((made[0] / runner.SHARED_TABLES).read_text()) == ["s.a", "s.b"]
 
 
 def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path, monkeypatch):
