@@ -625,11 +625,10 @@ class Supervisor:
         return query
 
     def drop_dead_checkpoints(self, directory: Path, same: str) -> None:
-        """The shared queries' checkpoints a killed job left (a stopped one removes its own):
-        those naming a table of this job, which holds every one of its tables' locks (no
-        live job reads them), and, of a release that did not name them, those of the same
-        query over the same tables (`same`, their names' start). This job's running queries'
-        are kept."""
+        """Remove the shared queries' checkpoints a killed job left (a stopped job removes its
+        own): those naming one of this job's tables (it holds their locks: no live job reads
+        them) and, naming none (an older release's), those of the same query over the same
+        tables (their names start with `same`). This job's running queries' stay."""
         running = {batch.checkpoint for batch in self.batches.values()}
         for old in directory.glob("*"):
             if old in running:

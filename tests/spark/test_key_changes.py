@@ -17,7 +17,7 @@ def big(i: int) -> str:
     return f"value {i} " + "x" * 100
 
 
-@pytest.fixture(params=[pytest.param((sink, mode), id=f"{sink}-{mode}", marks=[pytest.mark.long] if sink == "delta" else [])
+@pytest.fixture(params=[pytest.param((sink, mode), id=f"{sink}-{mode}", marks=[pytest.mark.long] * (sink == "delta"))
                         for sink in ("iceberg", "delta") for mode in ("upsert", "history", "soft_delete")])
 def h(request, scratch, table_name, tmp_path):
     sink, mode = request.param

@@ -354,7 +354,8 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
     from cdc.jobs import runner
 
     sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()})
-    sup.settings = Settings(stack=sup.settings.stack, spark=sup.settings.spark.model_copy(update={"shared_query": True}))
+    spark = sup.settings.spark.model_copy(update={"shared_query": True})
+    sup.settings = sup.settings.model_copy(update={"spark": spark})
     sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
     started = []
 
@@ -379,6 +380,7 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
 
 
 def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tmp_path, monkeypatch):
+    import hashlib
     import json
 
     from cdc.jobs import runner
@@ -394,6 +396,8 @@ def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tm
         (directory / name).mkdir(parents=True)
         (directory / name / runner.SHARED_TABLES).write_text(json.dumps(tables))
     (directory / "unnamed").mkdir()  # an older release's, of other tables
+    tag = hashlib.sha256(b"s.a\ns.b").hexdigest()[:12]
+    (directory / f"shared-2s-{tag}-1").mkdir()  # an older release's, of this query's tables
     monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
     monkeypatch.setattr(runner, "make_active", lambda spark: None)
     made = []
