@@ -700,7 +700,8 @@ class Partitioning(Frozen):
         description="Buckets of an Iceberg target's partition spec, a bucket transform of the first key column, "
                     "set when the target is created; 0: unpartitioned. A batch writes a data file (and a "
                     "deletion vector per file it changes) in each bucket its changes fall in: with 8, every small "
-                    "batch wrote 8 files, rewritten together every 8 batches. Delta targets are unpartitioned.")
+                    "batch wrote 8 files, rewritten together every `options.compact_every_files` batches. Delta "
+                    "targets are unpartitioned.")
 
 
 class TableOptions(Frozen):
@@ -741,11 +742,13 @@ class TableOptions(Frozen):
                     "change of that key cannot bring the row back; keep `kafka.topics.retention_hours` at least "
                     "this long.")
     compact_every_files: int = Field(
-        64, ge=0,
+        16, ge=0,
         description="A running job rewrites an Iceberg target's and its delete memory's small data files (under 1 "
-                    "MiB) into few once this many data files were added since its start or its last rewrite, "
-                    "between two batches: each batch adds files, and a batch's cost grows with the files it reads "
-                    "until they are rewritten (a rewrite costs about as much as one or two small batches). 0: never.")
+                    "MiB) into few once this many data files a partition were added to the target (with 8 buckets, "
+                    "8 times this many), or this many inserts made to its delete memory, since its start or its "
+                    "last rewrite, between two batches: each batch adds files, and a batch's cost grows with the "
+                    "files it reads until they are rewritten (a rewrite costs about as much as one or two small "
+                    "batches). 0: never.")
     max_snapshots: int = Field(
         1000, ge=0,
         description="The most snapshots a running job keeps of an Iceberg target, of its delete memory and of its "

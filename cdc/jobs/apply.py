@@ -64,6 +64,15 @@ def size_pool(table: str, records: int | None) -> str:
     return f"cdc-batch-{rank:02d}-{table}"
 
 
+def compaction_due(added_files: int, partitions: int, memory_inserts: int, every: int) -> bool:
+    """Whether a running job rewrites its target's small files: once `every` data files a
+    partition were added to it (`added_files` over the `partitions` its spec holds) or
+    `every` inserts made to its delete memory (each adds at least a file). A small batch
+    adds a file in each partition it touches and reads every file of them: what grows a
+    batch's cost is the files of a partition, not of the table."""
+    return added_files >= every * max(1, partitions) or memory_inserts >= every
+
+
 def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, table: str | None = None):
     """Run a commit that may meet a concurrent one (a compaction, another writer). Iceberg
     retries plain concurrent commits itself; when validation finds a real conflict, the
@@ -143,7 +152,7 @@ class TableApplier:
     format_version: int = 3  # an Iceberg target's format is raised to it (CatalogSettings.format_version)
     buckets_from_bytes: int = BUCKETS_FROM_BYTES  # a target's size from which a small batch names its key buckets
     forget_every_s: float = FORGET_EVERY_S
-    compact_every_files: int = 0  # data files added between two rewrites of the small ones (0: never)
+    compact_every_files: int = 0  # data files a partition added between two rewrites of the small ones (0: never)
     max_snapshots: int = 0  # snapshots the job keeps of an Iceberg target and its tables (0: all)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
@@ -154,6 +163,8 @@ class TableApplier:
     forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
     plans: dict = field(default_factory=dict, repr=False)  # `_plan`'s, by what they were built for
     compacted_at: int | None = field(default=None, repr=False)  # the target's data files after its last rewrite
+    partitions: int | None = field(default=None, repr=False)  # the most the target's spec holds (read once)
+    remembered_since: int = field(default=0, repr=False)  # the delete memory's inserts since the last rewrite
 
     def prepare(self, spark) -> "TableApplier":
         """Raise an Iceberg target to the configured format, read the record schemas judged for
@@ -546,18 +557,20 @@ class TableApplier:
         self._log_applied(stats, batch_id)
 
     def _compact(self, spark, table) -> None:
-        """After a batch's commit, once `compact_every_files` data files were added to the
-        target since the job's first batch or its last rewrite: rewrite the small data files
-        of the target and of its delete memory into few. A MERGE reads every file of a small
-        table, so the files of batch after batch would make each batch cost more until `cdc
-        maintain` compacts them. A rewrite that fails (a race with `cdc maintain`) waits
-        until it is due again."""
+        """After a batch's commit, once `compact_every_files` data files a partition were added
+        to the target, or that many inserts to its delete memory made, since the job's first
+        batch or its last rewrite: rewrite the small data files of the target and of its
+        delete memory into few. A MERGE reads every file of a small table (of a partition a
+        small batch names), so the files of batch after batch would make each batch cost more
+        until `cdc maintain` compacts them. A rewrite that fails (a race with `cdc maintain`)
+        waits until it is due again."""
         if not self.compact_every_files or format_of(self.target_ref) == "delta":
             return
         files = table.data_files()
         if self.compacted_at is None:
-            self.compacted_at = files
-        if files - self.compacted_at < self.compact_every_files:
+            self.compacted_at, self.partitions = files, table.partitions()
+        if not compaction_due(files - self.compacted_at, self.partitions, self.remembered_since,
+                              self.compact_every_files):
             return
         with self.timer.step("compact"):
             for part, target in (("target", table), ("delete memory", open_table(spark, self.deletes_ref))):
@@ -569,7 +582,7 @@ class TableApplier:
                     continue
                 log(f"rewrote {rewritten} small data files of the {part}", table=self.name, event="compacted",
                     part=part, rewritten=rewritten, data_files=target.data_files())
-        self.compacted_at = table.data_files()
+        self.compacted_at, self.remembered_since = table.data_files(), 0
 
     def _expire(self, spark, table) -> None:
         """After a batch's commit, once an Iceberg target holds a tenth more than
@@ -725,6 +738,7 @@ class TableApplier:
             with self.timer.step("delete memory"):
                 run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, deletes, self.key)),
                                           table=self.name)
+            self.remembered_since += 1
         table.refresh()
         before = table.version()
         names, floor = tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT)

@@ -105,6 +105,10 @@ class IcebergTarget:
         """The current snapshot's data files (from its summary)."""
         return self._total("total-data-files")
 
+    def partitions(self) -> int:
+        """The most partitions the table's spec can hold (1 unpartitioned)."""
+        return iceberg_spark.partitions(self.table)
+
     def limit_metadata_files(self) -> bool:
         """Have the table's commits delete its older metadata files (METADATA_FILES);
         True when it did not yet."""

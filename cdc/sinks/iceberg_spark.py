@@ -2,6 +2,8 @@
 committed offsets in snapshot summaries, and commits that carry only a summary."""
 from __future__ import annotations
 
+import re
+
 from cdc.control.commits import OFFSETS
 
 
@@ -50,6 +52,16 @@ def rewrite_small_files(spark, table, below_bytes: int) -> int:
                  "use-starting-sequence-number": "false", "remove-dangling-deletes": "true"}.items():
         action = action.option(k, v)
     return int(action.execute().rewrittenDataFilesCount())
+
+
+def partitions(table) -> int:
+    """The most partitions the table's spec can hold: the product of its bucket transforms'
+    counts (1 unpartitioned; a transform of another kind counts as one)."""
+    count = 1
+    for spec_field in table.spec().fields():
+        found = re.fullmatch(r"bucket\[(\d+)\]", spec_field.transform().toString())
+        count *= int(found.group(1)) if found else 1
+    return count
 
 
 def properties(table) -> dict[str, str]:

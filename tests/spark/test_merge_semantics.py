@@ -284,12 +284,13 @@ def test_delete_memory_past_its_horizon_is_forgotten_at_a_batch_and_not_again_by
 
 
 def test_a_running_job_rewrites_its_small_files_once_enough_were_added(scratch, table_name):
-    """Batch after batch adds data files; once `compact_every_files` were added, the job
-    rewrites the small ones after a batch's commit: the target holds the same rows in fewer
-    files, its deletes applied, and the next batch finds its offsets past the rewrite."""
+    """Batch after batch adds data files; once `compact_every_files` were added to each
+    partition (or that many inserts made to the delete memory), the job rewrites the small
+    ones after a batch's commit: the target holds the same rows in fewer files, its deletes
+    applied, and the next batch finds its offsets past the rewrite."""
     spark, catalog = scratch
     h = Harness(spark, catalog, table_name, partitioning={"buckets": 8})  # a batch writes a file per bucket
-    h.applier.compact_every_files = 6
+    h.applier.compact_every_files = 3
     lsn, expected = 100, {}
 
     def batch(changes):

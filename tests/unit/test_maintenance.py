@@ -1,3 +1,4 @@
+from cdc.jobs.apply import compaction_due
 from cdc.jobs.maintenance import expire_before
 
 HOUR = 3_600_000
@@ -9,6 +10,13 @@ def test_expiry_never_passes_the_newest_snapshot_with_offsets():
     assert expire_before([(10 * HOUR, True), (90 * HOUR, True), (99 * HOUR, False)], 24, now) == 76 * HOUR
     assert expire_before([(10 * HOUR, True), (50 * HOUR, True), (99 * HOUR, False)], 24, now) == 50 * HOUR
     assert expire_before([(99 * HOUR, False)], 24, now) == 76 * HOUR  # no offsets at all: the retention alone
+
+
+def test_a_running_job_rewrites_once_a_partition_or_the_delete_memory_gathered_its_files():
+    assert not compaction_due(15, 1, 0, 16) and compaction_due(16, 1, 0, 16)  # unpartitioned: files added
+    assert not compaction_due(127, 8, 0, 16) and compaction_due(128, 8, 0, 16)  # 8 buckets: 16 files each
+    assert not compaction_due(20, 8, 15, 16) and compaction_due(20, 8, 16, 16)  # or 16 inserts into the memory
+    assert compaction_due(1, 0, 0, 1)  # a spec read as no partitions counts as one
 
 
 def test_one_process_at_a_time_holds_a_table(tmp_path):
