@@ -171,7 +171,9 @@ def positions_history(env, table: str) -> list[str]:
     return [s["cdc.position"] for s in env.summaries(table) if "cdc.position" in s]
 
 
-def test_replay_from_earliest_twice_keeps_the_table_exact(xenv):
+def test_replay_from_earliest_keeps_the_table_exact(xenv):
+    """Replays from the topic's start over a table the job applied (twice on Iceberg) leave
+    it equal to the source, its commits in position order, and the job goes on after them."""
     s = xenv.schema
     txid = churn(xenv, "replayed")
     for key in (3, 6, 9):  # delete, then re-insert the same keys in later transactions
@@ -180,7 +182,7 @@ def test_replay_from_earliest_twice_keeps_the_table_exact(xenv):
     txid = max(txid, xenv.transaction(f'DELETE FROM "{s}".replayed WHERE id BETWEEN 40 AND 45'))
     xenv.replicate("replayed", txid)
     xenv.assert_equal("replayed")
-    for _ in range(2):
+    for _ in range(2 if xenv.sink == "iceberg" else 1):  # once on Delta, whose small commits cost more
         assert xenv.cdc("replay", "--table", f"{s}.replayed", "--from-earliest") == 0
         xenv.assert_equal("replayed")
     positions = positions_history(xenv, "replayed")
