@@ -29,6 +29,10 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
   caught up with the default batch sizing), `backlog_vs_append_limit`, `backlog_batches`,
   `backlog_peak_rss_mb` (the driver JVM's peak resident memory meanwhile);
   `backlog_5m_events_per_s` at full size (or with `--backlog-events 5000000`).
+- steady: a continuous `cdc run` over a 1,000-row table taking 5 changes each trigger
+  interval, past its warm-up: `steady_cpu_s_per_batch` (the driver's CPU a batch),
+  `steady_jit_s_per_batch`, `steady_batches`, `steady_compactions`,
+  `steady_freshness_p50_s`, `steady_freshness_p95_s`.
 - freshness: `freshness_p50_s`, `freshness_p95_s` (source commit to visible in Iceberg) at
   `freshness_rate_events_per_s` through the real connector.
 - tables: one continuous `cdc run` over 100 tables with Zipf-like change rates adding up to
@@ -49,7 +53,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import apply, avro, backlog, bootstrap, chart, freshness, maintenance, peers, tables
+from bench import apply, avro, backlog, bootstrap, chart, freshness, maintenance, peers, steady, tables
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
 from cdc.jobs.runner import run
@@ -59,19 +63,20 @@ from cdc.stack.manager import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("apply", "avro", "peers", "read", "bootstrap", "backlog", "freshness", "tables")
+SECTIONS = ("apply", "avro", "peers", "read", "bootstrap", "backlog", "steady", "freshness", "tables")
 SIZES = {
     "quick": {"small": 100_000, "big": 1_000_000, "changes": 100_000, "read_rows": 100_000, "read_batches": 40,
               "read_batch_events": 2_500, "bootstrap_rows": 200_000, "backlog": 500_000, "freshness_rate": 2_000, "freshness_s": 60,
-              "tables": 100, "tables_rate": 2_000, "tables_s": 60},
+              "steady_warm_up_s": 60, "steady_s": 120, "tables": 100, "tables_rate": 2_000, "tables_s": 60},
     "full": {"small": 1_000_000, "big": 10_000_000, "changes": 500_000, "read_rows": 1_000_000, "read_batches": 100,
              "read_batch_events": 5_000, "bootstrap_rows": 1_000_000, "backlog": 5_000_000, "freshness_rate": 2_000, "freshness_s": 180,
-             "tables": 100, "tables_rate": 2_000, "tables_s": 180},
+             "steady_warm_up_s": 60, "steady_s": 300, "tables": 100, "tables_rate": 2_000, "tables_s": 180},
 }
 # the sizes each section runs at (a section run alone leaves the others' recorded sizes)
 SECTION_SIZES = {"apply": ("small", "big", "changes"), "avro": ("small", "changes"), "peers": ("small", "changes"),
                  "read": ("read_rows", "read_batches", "read_batch_events"), "bootstrap": ("bootstrap_rows",),
-                 "backlog": ("backlog", "small"), "freshness": ("freshness_rate", "freshness_s"),
+                 "backlog": ("backlog", "small"), "steady": ("steady_warm_up_s", "steady_s"),
+                 "freshness": ("freshness_rate", "freshness_s"),
                  "tables": ("tables", "tables_rate", "tables_s")}
 
 
@@ -152,6 +157,8 @@ def main() -> int:
         elif section == "backlog":
             figures = backlog.measure(spark, settings, catalog, template, key_doc, value_doc, sizes,
                                       results.get("append_limit_events_per_s"))
+        elif section == "steady":
+            figures = steady.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
         elif section == "freshness":
             figures = freshness.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"])
         else:
