@@ -305,6 +305,7 @@ def test_a_running_job_rewrites_its_small_files_once_enough_were_added(scratch, 
         h.apply()
 
     batch([("c", k, "a") for k in range(12)])
+    assert h.applier.partitions == 8  # read from the target's spec: 3 files a bucket, 24 in all
     files = [catalog.load_table(h.ident).inspect.files().num_rows]
     for round_ in range(4):  # updates and deletes spread over the partitions: files and deletion vectors
         batch([("u", k, f"v{round_}") for k in range(round_, 12, 2)] + [("d", 11 - round_, "")])
