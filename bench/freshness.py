@@ -66,9 +66,10 @@ def wait_applied(settings, catalog, targets: dict, timeout_s: float) -> None:
 
 
 class Writer(Driver):
-    """Transactions at the source every TICK_S: updates (70%), inserts (20%) and deletes
-    of rows it inserted (10%), `rate` row changes a second, for `seconds`; then waits until
-    the job has committed everything."""
+    """Once the running job has applied a first change (so its start-up is not in the
+    figures), transactions at the source every TICK_S: updates (70%), inserts (20%) and
+    deletes of rows it inserted (10%), `rate` row changes a second, for `seconds`; then
+    waits until the job has committed everything."""
 
     def __init__(self, settings, catalog, reg, topic: str, rate: int, seconds: float):
         super().__init__()
@@ -77,8 +78,22 @@ class Writer(Driver):
         self.started = self.ended = None
 
     def drive(self) -> None:
+        self._first_change()
         self._write()
         wait_applied(self.settings, self.catalog, {self.topic: self.reg}, timeout_s=600)
+
+    def _first_change(self) -> None:
+        """One update, applied by the job before the sustained writes start."""
+        with postgres.connect(self.settings, self.reg.source.name) as conn:
+            with conn.transaction():
+                conn.execute(f"UPDATE {postgres.qualified(self.reg)} SET at = now() WHERE id = 0")
+            self._captured(conn)
+        wait_applied(self.settings, self.catalog, {self.topic: self.reg}, timeout_s=600)
+
+    def _captured(self, conn) -> None:
+        """Until the connector has captured every change committed on `conn` so far."""
+        marker = postgres.write_marker(conn, self.settings.sources[self.reg.source.name].signal_table)
+        ConnectClient.of(self.settings).wait_captured(connector_name(self.reg.source.name), marker)
 
     def _write(self) -> None:
         table = postgres.qualified(self.reg)
@@ -103,8 +118,7 @@ class Writer(Driver):
                 tick += 1
                 time.sleep(max(0.0, self.started + tick * TICK_S - time.time()))
             self.ended = time.time()
-            marker = postgres.write_marker(conn, self.settings.sources[self.reg.source.name].signal_table)
-        ConnectClient.of(self.settings).wait_captured(connector_name(self.reg.source.name), marker)
+            self._captured(conn)
 
 
 def commit_times(catalog, reg, topic: str) -> list[tuple[int, dict[int, int]]]:
