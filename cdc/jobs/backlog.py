@@ -7,6 +7,7 @@ import math
 import time
 
 from cdc.log import log
+from cdc.sinks.session import jvm_class
 
 BATCH_MEMORY_SHARE = 0.5  # of the heap, for the raw records of the batches under way at once
 AUTO_MIN_RECORDS = 10_000  # an automatic cap never goes below this ...
@@ -40,8 +41,8 @@ def heap_bytes(spark) -> int:
     else an executor's (`spark.executor.memory`)."""
     conf = spark.sparkContext.getConf()
     if conf.get("spark.master", "local").startswith("local"):
-        return int(spark._jvm.java.lang.Runtime.getRuntime().maxMemory())
-    utils = spark._jvm.org.apache.spark.network.util.JavaUtils
+        return int(jvm_class(spark, "java.lang.Runtime").getRuntime().maxMemory())
+    utils = jvm_class(spark, "org.apache.spark.network.util.JavaUtils")
     return int(utils.byteStringAsBytes(conf.get("spark.executor.memory", "1g")))
 
 

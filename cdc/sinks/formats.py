@@ -18,6 +18,7 @@ from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
 from cdc.planning.merge import DELETES_SUFFIX, table_ref
 from cdc.planning.sql import q
 from cdc.sinks import delta, iceberg_spark
+from cdc.sinks.session import jvm_class
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 DELTA_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -206,9 +207,8 @@ class DeltaTarget:
     def __init__(self, spark, ref: str):
         self.spark, self.ref = spark, ref
         self.path = ref[len(DELTA_PREFIX):-1].replace("``", "`")
-        jvm = spark._jvm
-        self._log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, self.path)
-        self._none = jvm.scala.Option.empty()
+        self._log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, self.path)
+        self._none = jvm_class(spark, "scala.Option").empty()
         self.refresh()
         if self._snapshot.version() < 0:
             raise LookupError(f"TABLE_OR_VIEW_NOT_FOUND: no Delta table at {self.path}")
@@ -218,7 +218,7 @@ class DeltaTarget:
 
     def properties(self) -> dict[str, str]:
         conf = self._snapshot.metadata().configuration()
-        return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
+        return dict(jvm_class(self.spark, "scala.jdk.javaapi.CollectionConverters").asJava(conf))
 
     def set_properties(self, props: dict[str, str]) -> None:
         self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({delta.properties_sql(props)})")

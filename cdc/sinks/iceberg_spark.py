@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 from cdc.control.commits import OFFSETS
+from cdc.sinks.session import jvm_class
 
 
 def load_table(spark, ref: str):
     """org.apache.iceberg.Table for `catalog.namespace.table` (fresh metadata)."""
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, ref)
+    return jvm_class(spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(spark._jsparkSession, ref)
 
 
 # Every commit writes the table's metadata file anew, holding every snapshot kept; without
@@ -26,7 +27,7 @@ MERGES_DUPLICATE_DVS = (1, 10, 2)  # from this Iceberg release on, a commit merg
 
 def version(spark) -> tuple[int, ...]:
     """The Iceberg runtime's release, as numbers ((0,) when it does not say)."""
-    text = str(spark._jvm.org.apache.iceberg.IcebergBuild.version())
+    text = str(jvm_class(spark, "org.apache.iceberg.IcebergBuild").version())
     parts = [int(p) for p in text.split("-")[0].split(".") if p.isdigit()]
     return tuple(parts) or (0,)
 
@@ -47,7 +48,7 @@ def rewrite_small_files(spark, table, below_bytes: int) -> int:
     """Iceberg's bin-packing rewrite of the table's data files smaller than `below_bytes`,
     two or more in a partition, with their deletion vectors applied (the vectors then left
     dangling are dropped); returns how many files it rewrote."""
-    action = spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(table)
+    action = jvm_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession).rewriteDataFiles(table)
     for k, v in {"min-input-files": "2", "min-file-size-bytes": str(below_bytes),
                  "use-starting-sequence-number": "false", "remove-dangling-deletes": "true"}.items():
         action = action.option(k, v)
@@ -132,7 +133,7 @@ def expire_all_but(spark, table, keep: int, now_ms: int) -> int:
     incremental cleanup deletes a deletion vectors file that a kept snapshot still reads);
     returns how many snapshots went."""
     before = snapshot_count(table)
-    actions = spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    actions = jvm_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
     actions.expireSnapshots(table).expireOlderThan(now_ms).retainLast(keep).execute()
     table.refresh()
     return before - snapshot_count(table)
@@ -154,7 +155,7 @@ def _commit_with_properties(table, operation, summary: dict[str, str], props: di
 
 def empty_table(spark, table, summary: dict[str, str], props: dict[str, str]) -> None:
     """One commit that deletes every row and sets `props`, with `summary` on its snapshot."""
-    everything = spark._jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
+    everything = jvm_class(spark, "org.apache.iceberg.expressions.Expressions").alwaysTrue()
     _commit_with_properties(table, lambda tx: tx.newDelete().deleteFromRowFilter(everything), summary, props)
 
 

@@ -142,11 +142,18 @@ def get_session(settings: Settings, app_name: str = "cdc"):
     return spark
 
 
+def jvm_class(spark, name: str):
+    """The JVM class of fully qualified `name` in one call to the JVM, where
+    `spark._jvm.a.b.C` asks it for `a`, then `a.b`: each a failed class lookup over the
+    whole class path, several for every table a batch opens."""
+    return getattr(spark._jvm, name)
+
+
 def make_active(spark) -> None:
     """`spark` as the calling thread's active session. Spark and Iceberg read a session's
     settings (the catalogs among them) through the thread's active session; a thread that
     did not create one has none, and they then see none of the settings."""
-    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    jvm_class(spark, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession)
 
 
 _launched: dict[str, subprocess.Popen] = {}  # "jvm": the driver JVM this process started
