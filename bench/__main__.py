@@ -53,7 +53,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import apply, avro, backlog, bootstrap, chart, freshness, maintenance, peers, steady, tables
+from bench import apply, avro, backlog, bootstrap, chart, freshness, maintenance, peers, steady, systems, tables
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
 from cdc.jobs.runner import run
@@ -121,9 +121,12 @@ def main() -> int:
     template = registration(settings, "recorded")
     stem = "latest" if mode == "quick" else "full"
     out, chart_file = RESULTS / f"{stem}.json", RESULTS / f"{stem}.png"
-    previous = json.loads(out.read_text()) if out.exists() and args.only else {}
+    previous = json.loads(out.read_text()) if out.exists() else {}
     if previous.get("mode") not in (None, mode):
         previous = {}
+    if not args.only:  # a whole run writes its figures anew, the peer systems' (`make bench-peers`) kept
+        previous = {**{k: v for k, v in previous.items() if systems.owns(k)},
+                    "sections": {k: v for k, v in (previous.get("sections") or {}).items() if k in systems.SECTIONS}}
     commit = _first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
     if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "cdc", "bench/__main__.py", "bench/apply.py"],
                       capture_output=True, text=True).stdout.strip():

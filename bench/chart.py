@@ -9,10 +9,12 @@ GOALS = (
     ("merge_scaling_10m_vs_1m", 2.0, False, "MERGE time, 10x table / 1x"),
     ("cdc_vs_delta_merge", 1.0, False, "time: cdc / Delta MERGE"),
     ("cdc_vs_pyiceberg_upsert", 0.1, False, "time: cdc / pyiceberg upsert"),
+    ("cdc_batch_vs_delta_merge", 1.0, False, "time: cdc's whole batch / Delta MERGE"),
     ("freshness_p95_s", 3.0, False, "freshness p95 (s)"),
     ("bootstrap_jdbc_vs_debezium", 3.0, True, "bootstrap rate: JDBC / Debezium"),
     ("small_batch_s", 1.0, False, "a batch of 1,000 changes (s)"),
     ("backlog_vs_append_limit", 0.8, True, "backlog caught up / append limit"),
+    ("backlog_peak_rss_mb", 2500, False, "backlog: driver peak RSS (MB)"),
     ("tables_100_freshness_p95_s", 15.0, False, "100 tables: freshness p95 (s)"),
     ("tables_100_idle_cpu_share", 0.05, False, "100 tables quiet: CPU share"),
 )
