@@ -48,7 +48,8 @@ def rewrite_small_files(spark, table, below_bytes: int) -> int:
     """Iceberg's bin-packing rewrite of the table's data files smaller than `below_bytes`,
     two or more in a partition, with their deletion vectors applied (the vectors then left
     dangling are dropped); returns how many files it rewrote."""
-    action = jvm_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession).rewriteDataFiles(table)
+    actions = jvm_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
+    action = actions.rewriteDataFiles(table)
     for k, v in {"min-input-files": "2", "min-file-size-bytes": str(below_bytes),
                  "use-starting-sequence-number": "false", "remove-dangling-deletes": "true"}.items():
         action = action.option(k, v)
