@@ -567,7 +567,8 @@ class SparkSettings(Frozen):
                     "and set no batch sizes of their own; only the tables with changes are applied, the most "
                     "changes first, each reading all that is planned for it in one commit with its own offsets: a "
                     "quiet table costs nothing between its changes. A table that fails leaves it for a query of its "
-                    "own. Off: one query per table (a job of one table has one either way).")
+                    "own, and joins it again once that query runs without failing. Off: one query per table (a job "
+                    "of one table has one either way).")
     retry_for_s: int = Field(
         300, ge=0,
         description="Seconds a job retries, with backoff, while Kafka or the catalog is unreachable, before it "

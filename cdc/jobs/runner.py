@@ -184,13 +184,16 @@ def stream_query(spark, settings: Settings, reg: TableRegistration, target: Targ
 
 
 def shared_query(spark, settings: Settings, name: str, members: dict[str, tuple], checkpoint: Path,
-                 available_now: bool, tables: int):
+                 available_now: bool, tables: int, away: tuple[str, ...] = ()):
     """Shared query `name` over its `members` (table name -> (registration, its session,
     its opened Target)), from each table's committed offsets, in a new `checkpoint`; `tables`
-    run in the application. Returns the query and its SharedBatch."""
+    run in the application. It also reads topics `away` (of its tables now in queries of their
+    own) from their end, so that those tables can join it again. Returns the query and its
+    SharedBatch."""
     slots = batch_slots(spark, settings)
     regs = [reg for reg, _, _ in members.values()]
     topics = sorted({t.topic for _, _, t in members.values()})
+    away = tuple(sorted(set(away) - set(topics)))
     with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:  # 0.2 s each, waiting on Kafka
         sized = max((size or 0 for size in pool.map(partial(tail_record_bytes, kafka_access(settings)), topics)),
                     default=0)
@@ -198,11 +201,13 @@ def shared_query(spark, settings: Settings, name: str, members: dict[str, tuple]
     log(f"one query reads the topics of {len(members)} tables, in batches of at most {cap:,} records",
         table=name, event="shared-query", tables=sorted(members), records=cap)
     latest = [t.topic for reg, _, t in members.values() if not t.committed and reg.options.starting_offsets == "latest"]
-    ends = end_offsets(kafka_access(settings), latest) if latest else {}  # a new table that starts at the end
+    ends = end_offsets(kafka_access(settings), latest + list(away)) if latest or away else {}  # read from the end
+    away = tuple(topic for topic in away if ends.get(topic))  # a topic not there (yet) is left out
     start = shared.starting_offsets([(t.topic, t.committed or ends.get(t.topic, {}), t.partitions)
-                                     for _, _, t in members.values()])
+                                     for _, _, t in members.values()]
+                                    + [(topic, ends[topic], tuple(ends[topic])) for topic in away])
     reader = (spark.readStream.format("kafka").options(**kafka_options(spark, settings))
-              .option("subscribe", ",".join(topics))
+              .option("subscribe", ",".join(topics + list(away)))
               .options(**batch_sizing(regs[0].options, available_now, cap))
               .option("startingOffsets", start))
 
@@ -213,13 +218,14 @@ def shared_query(spark, settings: Settings, name: str, members: dict[str, tuple]
 
     with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:
         appliers = dict(zip(members, pool.map(prepared, members.values())))
-    sessions = {n: session for n, (_, session, _) in members.items()}
 
     def read(table: str, first: dict[int, int], last: dict[int, int]):
-        make_active(sessions[table])  # on the worker's thread
-        return kafka_range(sessions[table], settings, appliers[table].topic, first, last, f"cdc-shared-{table}")
+        session = batch.sessions[table]
+        make_active(session)  # on the worker's thread
+        return kafka_range(session, settings, appliers[table].topic, first, last, f"cdc-shared-{table}")
 
     batch = _gates[name] = shared.SharedBatch(appliers, read, checkpoint, slots, start, cap)
+    batch.sessions.update({n: session for n, (_, session, _) in members.items()})
     return _started(reader, name, batch, checkpoint, available_now, regs[0].options.trigger_interval_s), batch
 
 
@@ -342,6 +348,7 @@ FETCH_WAIT_MS = 20  # the longest a task's fetch of its records waits at the bro
 FETCH_PARTITION_BYTES = 1 << 20  # the most a fetch takes of one partition (Kafka's default)
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
 FAILED_RETRY_S = 60.0  # how long a continuous job waits before it tries a failed table again
+REJOIN_EVERY_S = 10.0  # how often a table away from its shared query is looked at (rejoin)
 START_THREADS = 4  # tables whose queries start at once: a start waits mostly on the catalog, Kafka and the JVM
 SHARED_TABLES = "cdc-tables.json"  # in a shared query's checkpoint: the tables it reads (drop_dead_checkpoints)
 _registries: dict[str, SchemaRegistry] = {}
@@ -496,7 +503,8 @@ class Supervisor:
     """Runs one query per table, or one per group of tables with `spark.shared_query`
     (shared.groups); restarts a table's query with backoff while its failure is retriable,
     for at most `retry_for_s`, then gives that table up with its last error (the other
-    tables go on). A table that fails in a shared query leaves it for a query of its own;
+    tables go on). A table that fails in a shared query leaves it for a query of its own,
+    and joins it again once that query runs without failing, close to Kafka's end (`rejoin`);
     a shared query that fails for none of its tables is retried alike, and when retrying
     cannot mend it, its tables each go on in a query of their own. Every query starts in
     the job's session, whose query manager tells the supervisor when one ends."""
@@ -515,6 +523,8 @@ class Supervisor:
         self.catchups = {t.name: CatchUp(t.name, clock) for t in tables}
         self.groups = shared.groups(tables) if settings.spark.shared_query else {}  # shared query -> its tables
         self.batches: dict[str, shared.SharedBatch] = {}  # a running shared query's foreachBatch function
+        self.home = {t: name for name, names in self.groups.items() for t in names}  # a table's shared query
+        self.rejoin_at: dict[str, float] = {}  # when a table away from its shared query is looked at next
 
     def tables_of(self, name: str) -> list[str]:
         """The tables of query `name`: a shared query's, or the table's own."""
@@ -613,8 +623,10 @@ class Supervisor:
         checkpoint = directory / f"{name}-{tag}-{int(time.time() * 1000)}"
         checkpoint.mkdir(parents=True)
         (checkpoint / SHARED_TABLES).write_text(json.dumps(sorted(members)))
+        away = [topic_for(reg.source.name, reg) for t, reg in self.tables.items()
+                if self.home.get(t) == name and t not in members]
         query, batch = shared_query(self.spark, self.settings, name, members, checkpoint, self.available_now,
-                                    len(self.tables))
+                                    len(self.tables), away=tuple(away))
         self.batches[name] = batch
         for table in members:
             jobstate.record(self.settings.state_dir, table, jobstate.RUNNING, query=name)
@@ -646,6 +658,52 @@ class Supervisor:
         log(f"leaves the shared query {name} for a query of its own", table=table, event="shared-query-left",
             query=name)
 
+    def rejoin(self) -> None:
+        """The tables that left their shared query (`home`) join it again once their own query
+        runs, is not failing and is at most one shared batch behind Kafka's end (looked at every
+        REJOIN_EVERY_S): the own query stops between batches, its checkpoint goes (the shared
+        query's commits carry the table's offsets), and the shared query applies the table from
+        its committed offsets, or starts again with it if all its tables had left."""
+        now = self.clock()
+        for table, name in sorted(self.home.items()):
+            query = self.queries.get(table)
+            if query is None or table in self.failing_since or self.rejoin_at.get(table, 0.0) > now:
+                continue
+            self.rejoin_at[table] = now + REJOIN_EVERY_S
+            batch = self.batches.get(name)
+            if batch is not None and topic_for(self.tables[table].source.name, self.tables[table]) \
+                    not in batch.subscribed:
+                continue
+            lag = read_lag(self.settings, self.tables[table])
+            if (not query.isActive or query.lastProgress is None or lag is None
+                    or (batch is not None and lag[0] > batch.cap)):
+                continue
+            stop_query(table, self.queries.pop(table))
+            shutil.rmtree(self.settings.path(self.settings.spark.checkpoint_dir) / table, ignore_errors=True)
+            log(f"joins the shared query {name} again", table=table, event="shared-query-joined", query=name)
+            self.groups.setdefault(name, []).append(table)
+            self.groups[name].sort()
+            if batch is None:  # all its tables had left it
+                self.start_or_fail(name)
+            else:
+                self.join(name, batch, table)
+
+    def join(self, name: str, batch: shared.SharedBatch, table: str) -> None:
+        """`table` applied by running shared query `name` from its committed offsets; a target
+        that does not open sends it back to a query of its own (`retry`)."""
+        session = self.spark.newSession()
+        make_active(session)
+        reg = self.tables[table]
+        try:
+            target = open_target(session, self.settings, reg)
+            applier = make_applier(session, self.settings, reg, target, batch.checkpoint)
+        except Exception as e:  # noqa: BLE001 - the table's own query tells what it is
+            self.leave(name, table)
+            self.retry(table, e)
+            return
+        batch.join(table, applier, session, target.committed)
+        jobstate.record(self.settings.state_dir, table, jobstate.RUNNING, query=name)
+
     def shared_ended(self, name: str) -> bool:
         """After shared query `name` failed: the tables that failed in it leave it, and it
         starts again without them (True); a failure of none of them (False) is retried as
@@ -676,6 +734,8 @@ class Supervisor:
     def dissolve(self, name: str, error: CdcError) -> None:
         """Shared query `name`'s tables each go on in a query of their own."""
         tables = self.groups.pop(name, [])
+        for table in tables:  # for good: not to join it again
+            self.home.pop(table, None)
         log(f"the shared query failed: {error.message}; its {len(tables)} tables go on in queries of their own",
             table=name, event="shared-query-dissolved", level="warning", error=error.message)
         for table in tables:
@@ -834,6 +894,7 @@ class Supervisor:
             self.recovered(name)
             log("trying the failed table again", table=name, event="table-retried")
             self.start_or_fail(name)
+        self.rejoin()
 
     def stop(self) -> None:
         for name, q in self.queries.items():

@@ -75,13 +75,16 @@ class SharedBatch:
     of that range as its offsets. So a busy table is applied as often as the slots allow, a
     quiet one when it has changes, and none waits for the others of a batch. A table that
     fails is kept in `failed` (the supervisor moves it to a query of its own) and the others
-    go on. `close` lets the tables being applied finish and stops the workers."""
+    go on; a table `join`s again from its committed offsets (any topic in `start` is read).
+    `close` lets the tables being applied finish and stops the workers."""
 
     def __init__(self, appliers: dict, read, checkpoint: Path, slots, start: str, cap: int, clock=time.monotonic):
         self.appliers, self.read, self.checkpoint, self.slots, self.cap = appliers, read, checkpoint, slots, cap
         self.clock = clock
         self.topics = {name: applier.topic for name, applier in appliers.items()}
+        self.sessions: dict = {}  # each table's SparkSession, for `read` (runner.shared_query)
         first = {topic: {int(p): o for p, o in parts.items() if o >= 0} for topic, parts in json.loads(start).items()}
+        self.subscribed = set(first)
         self.next = {name: dict(first.get(topic, {})) for name, topic in self.topics.items()}  # its next read's start
         self.plans: list[tuple[int, dict[str, dict[int, int]], float]] = []  # (batch id, its end, when), oldest first
         self.busy: set[str] = set()
@@ -111,6 +114,13 @@ class SharedBatch:
         """The offsets table `name` has applied up to (where its next read starts)."""
         with self.cond:
             return dict(self.next.get(name, {}))
+
+    def join(self, name: str, applier, session, committed: dict[int, int]) -> None:
+        """Table `name` (of a subscribed topic) applied again, from the offsets its target holds."""
+        with self.cond:
+            self.appliers[name], self.sessions[name] = applier, session
+            self.topics[name], self.next[name] = applier.topic, dict(committed)
+            self.cond.notify_all()
 
     def take_failed(self) -> dict[str, BaseException]:
         """The tables that failed since the last call, with their errors."""
@@ -155,6 +165,7 @@ class SharedBatch:
                 name, batch_id, end, records = picked
                 self.busy.add(name)
                 start = dict(self.next[name])
+            end = {p: max(o, start.get(p, o)) for p, o in end.items()}  # a table that joined ahead of the plans
             applied = False
             try:
                 asked = self.clock()

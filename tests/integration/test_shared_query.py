@@ -1,6 +1,7 @@
 """`spark.shared_query` on the real stack: one query reads the topics of several tables and
 applies only those with changes, each commit carrying its own table's offsets; a table
-that fails in it leaves it (and is given up on its own) while the others go on."""
+that fails in it leaves it (and is given up on its own) while the others go on, and joins
+it again once it runs."""
 from __future__ import annotations
 
 import subprocess
@@ -39,6 +40,13 @@ def change(env, table: str, i: int) -> None:
     env.sql(f'UPDATE "{env.schema}".{table} SET v = \'u{i}\' WHERE id <= {i}')
     env.sql(f'DELETE FROM "{env.schema}".{table} WHERE id = {20 - i}')
     env.sql(f'INSERT INTO "{env.schema}".{table} VALUES ({100 + i}, \'n{i}\')')
+
+
+def wait_line(proc, log_path, text: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log_path.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, tail(log_path)
+        time.sleep(0.5)
 
 
 def wait_equal(env, tables, proc, log_path, timeout_s: float = 300) -> None:
@@ -101,10 +109,7 @@ def test_a_failing_table_leaves_the_shared_query_and_the_others_go_on(it_env, tm
             change(env, t, i + 1)
         env.wait_captured(env.marker())
         wait_equal(env, ("sq_a", "sq_c", "sq_d"), proc, log_path)
-        deadline = time.monotonic() + 300
-        while f"{env.schema}.sq_b: failed: " not in log_path.read_text():
-            assert time.monotonic() < deadline and proc.poll() is None, tail(log_path)
-            time.sleep(1)
+        wait_line(proc, log_path, f"{env.schema}.sq_b: failed: ")
         for i, t in enumerate(("sq_a", "sq_c")):  # the shared query goes on without it
             change(env, t, i + 10)
         env.wait_captured(env.marker())
@@ -118,3 +123,50 @@ def test_a_failing_table_leaves_the_shared_query_and_the_others_go_on(it_env, tm
     assert proc.returncode != 0  # a table was given up
     topic = f"{env.source}.{env.schema}.sq_b"
     assert parse_offsets(env.summaries("sq_b")[-1])[topic][0] < end_offset(env, topic)  # nothing past the bad record
+
+
+def test_a_table_failing_for_a_while_leaves_the_shared_query_and_joins_it_again(it_env, tmp_path):
+    """Continuous: one table's data files cannot be read for a while; it leaves the shared
+    query, retries in a query of its own while the other goes on, and once it runs again it
+    joins the shared query, which applies its later changes."""
+    from cdc.control import jobstate
+
+    env, tables = it_env, ("sj_a", "sj_b")
+    create(env, tables)
+    config = shared_config(env, tmp_path)
+    log_path = tmp_path / "driver.log"
+    data = env.settings.path(env.settings.catalog.warehouse) / env.schema / "sj_b" / "data"
+    away = data.with_name("data.away")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--table",
+                                 f"{env.schema}.sj_*"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_equal(env, tables, proc, log_path)
+        data.rename(away)
+        data.write_text("")  # a file where the directory was: no data file can be read
+        try:
+            for i, t in enumerate(tables):
+                change(env, t, i + 1)
+            env.wait_captured(env.marker())
+            wait_line(proc, log_path, f"{env.schema}.sj_b: leaves the shared query")
+            wait_equal(env, ("sj_a",), proc, log_path)
+            wait_line(proc, log_path, "retrying in")  # sj_b's backoff, before a query of its own
+        finally:
+            data.unlink()
+            away.rename(data)
+        wait_line(proc, log_path, f"{env.schema}.sj_b: joins the shared query shared-2s again")
+        wait_equal(env, tables, proc, log_path)
+        assert jobstate.read(env.settings.state_dir, f"{env.schema}.sj_b").get("query") == "shared-2s"
+        commits = len(env.summaries("sj_b"))
+        for i, t in enumerate(tables):
+            change(env, t, i + 5)
+        env.wait_captured(env.marker())
+        wait_equal(env, tables, proc, log_path)
+        assert len(env.summaries("sj_b")) > commits
+    finally:
+        interrupt(proc)
+        wait_or_kill(proc, 60)
+    text = log_path.read_text()
+    assert proc.returncode == 0, tail(log_path)  # no table given up
+    assert "retrying in" in text and text.count("joins the shared query") == 1, tail(log_path)
+    assert not (env.settings.path(env.settings.spark.checkpoint_dir) / f"{env.schema}.sj_b").exists()

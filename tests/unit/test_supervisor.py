@@ -54,6 +54,8 @@ def test_verdicts_about_the_data_are_not_retried():
 class FakeBatch:
     """A shared query's SharedBatch: its tables that failed, already drained."""
 
+    subscribed, cap = frozenset(), 0
+
     def __init__(self, failed: dict, tmp_path):
         self.failed, self.checkpoint = dict(failed), tmp_path / "shared-checkpoint"
 
@@ -363,7 +365,7 @@ def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_
         def __init__(self, members):
             super().__init__({"s.b": ApplyError("bad record")} if "s.b" in members else {}, tmp_path)
 
-    def shared_query(spark, settings, name, members, checkpoint, available_now, tables):
+    def shared_query(spark, settings, name, members, checkpoint, available_now, tables, away=()):
         started.append(sorted(members))
         return (FakeQuery(ApplyError("batch 0: 1 table(s) failed (s.b)")) if "s.b" in members else FakeQuery(),
                 Batch(members))
@@ -401,7 +403,7 @@ def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tm
     monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
     monkeypatch.setattr(runner, "make_active", lambda spark: None)
     made = []
-    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, checkpoint, *rest: (
+    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, checkpoint, *rest, **kw: (
         made.append(checkpoint), (FakeQuery(), FakeBatch({}, tmp_path)))[1])
     sup.start_all()
     assert sorted(p.name for p in directory.iterdir()) == sorted(["other", "shared-20s-1", "unnamed", made[0].name])
@@ -422,7 +424,7 @@ def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path, mon
 
     monkeypatch.setattr(runner, "open_target", open_target)
     monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest: (
+    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest, **kw: (
         FakeQuery(), FakeBatch({}, tmp_path)))
     started, start = [], runner.start_query
     monkeypatch.setattr(runner, "start_query", lambda spark, settings, reg, *a: (started.append(reg.name),
@@ -441,7 +443,7 @@ def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_
     sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
     started = []
 
-    def shared_query(spark, settings, name, members, *rest):
+    def shared_query(spark, settings, name, members, *rest, **kw):
         started.append(sorted(members))
         return FakeQuery(), FakeBatch({"s.b": ApplyError("bad record")}, tmp_path)
 
@@ -454,3 +456,131 @@ def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
         "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
+
+
+def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(tmp_path):
+    """The planner, without Spark: a table that failed and left joins again from the offsets
+    its target holds, which may be past the newest plan (its own query read further)."""
+    import json
+
+    from cdc.jobs.runner import BatchSlots
+    from cdc.jobs.shared import SharedBatch
+
+    (tmp_path / "offsets").mkdir()
+    applied = []
+
+    class Applier:
+        def __init__(self, topic):
+            self.topic = topic
+
+        def __call__(self, part, batch_id, waited_s):
+            applied.append((part, batch_id))
+
+    def plan(batch_id, ends):
+        (tmp_path / "offsets" / str(batch_id)).write_text("v1\n{}\n" + json.dumps(ends))
+        batch(None, batch_id)
+
+    # t.b is read from its end: its table is away, in a query of its own
+    start = json.dumps({"t.a": {"0": 0}, "t.b": {"0": 40, "1": 7}})
+    batch = SharedBatch({"a": Applier("t.a")}, lambda name, first, last: (name, first, last), tmp_path,
+                        BatchSlots(1), start, cap=100)
+    try:
+        assert batch.subscribed == {"t.a", "t.b"}
+        plan(0, {"t.a": {"0": 5}, "t.b": {"0": 50, "1": 7}})
+        assert batch.drained(30)
+        batch.join("b", Applier("t.b"), "b's session", {0: 45, 1: 9})  # partition 1: past the plans
+        assert batch.sessions == {"b": "b's session"}
+        assert batch.drained(30)
+        plan(1, {"t.a": {"0": 5}, "t.b": {"0": 60, "1": 12}})
+        assert batch.drained(30)
+    finally:
+        batch.close()
+    assert applied == [(("a", {0: 0}, {0: 5}), 0),
+                       (("b", {0: 45, 1: 9}, {0: 50, 1: 9}), 0),  # never an end below where it starts
+                       (("b", {0: 50, 1: 9}, {0: 60, 1: 12}), 1)]
+    assert batch.applied("b") == {0: 60, 1: 12}
+
+
+def test_a_table_away_from_its_shared_query_joins_it_again_once_its_own_query_runs(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from cdc.control import jobstate
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()})
+    sup.groups = {"shared-2s": ["s.a"]}
+    sup.home = {"s.a": "shared-2s", "s.b": "shared-2s", "s.c": "shared-2s"}
+    clock = Clock()
+    sup.clock = lambda: clock.now
+    lags = {"s.b": (5, 0), "s.c": (500, 0)}  # s.c: more than a shared batch behind
+    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, **kw: lags[reg.name])
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: SimpleNamespace(committed={0: 3}))
+    monkeypatch.setattr(runner, "make_applier", lambda spark, settings, reg, target, checkpoint: f"{reg.name} applier")
+    joined = []
+
+    class Batch(FakeBatch):
+        subscribed, cap = {"pg.s.a", "pg.s.b", "pg.s.c"}, 100
+
+        def join(self, name, applier, session, committed):
+            joined.append((name, applier, committed))
+
+    sup.batches["shared-2s"] = Batch({}, tmp_path)
+    own = {t: FakeQuery() for t in ("s.b", "s.c")}
+    sup.queries.update(own)
+    own_checkpoint = tmp_path / "checkpoints" / "s.b"
+    own_checkpoint.mkdir(parents=True)
+    sup.failing_since["s.b"] = 0.0
+    sup.rejoin()  # s.b still failing; s.c's own query has run no batch yet
+    own["s.c"].lastProgress = {"numInputRows": 0}
+    clock.now += runner.REJOIN_EVERY_S
+    sup.rejoin()  # s.c too far behind
+    assert joined == [] and set(sup.queries) == {"s.b", "s.c"}
+    sup.recovered("s.b")
+    own["s.b"].lastProgress = {"numInputRows": 3}
+    clock.now += runner.REJOIN_EVERY_S
+    sup.rejoin()
+    assert joined == [("s.b", "s.b applier", {0: 3})] and sup.groups == {"shared-2s": ["s.a", "s.b"]}
+    assert not own["s.b"].isActive and own["s.c"].isActive and set(sup.queries) == {"s.c"}
+    assert not own_checkpoint.exists()  # a query of its own later starts from the table's commits
+    assert jobstate.read(tmp_path, "s.b").get("query") == "shared-2s"
+    lags["s.c"] = (0, 0)
+    sup.rejoin()  # looked at again only after REJOIN_EVERY_S
+    assert len(joined) == 1
+    clock.now += runner.REJOIN_EVERY_S
+    sup.rejoin()
+    assert [name for name, _, _ in joined] == ["s.b", "s.c"] and sup.queries == {}
+
+
+def test_a_shared_query_all_of_whose_tables_left_starts_again_with_the_first_back(tmp_path, monkeypatch):
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery()})
+    sup.home = {"s.a": "shared-2s", "s.b": "shared-2s"}  # the query ended, every table left it
+    own = {t: FakeQuery() for t in ("s.a", "s.b")}
+    own["s.a"].lastProgress = {"numInputRows": 1}
+    sup.queries.update(own)
+    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, **kw: (0, 0))
+    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    started = []
+
+    def shared_query(spark, settings, name, members, checkpoint, available_now, tables, away=()):
+        started.append((sorted(members), away))
+        return FakeQuery(), FakeBatch({}, tmp_path)
+
+    monkeypatch.setattr(runner, "shared_query", shared_query)
+    sup.rejoin()
+    # it also reads the topic of the table still away, so that it can join it in place
+    assert started == [(["s.a"], ("pg.s.b",))] and sup.groups == {"shared-2s": ["s.a"]}
+    assert set(sup.queries) == {"shared-2s", "s.b"}
+
+
+def test_a_shared_query_dissolved_for_good_is_not_joined_again(tmp_path, monkeypatch):
+    from cdc.errors import DependencyError
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery()})
+    sup.groups = {"shared-2s": ["s.a", "s.b"]}
+    sup.home = {"s.a": "shared-2s", "s.b": "shared-2s"}
+    sup.dissolve("shared-2s", DependencyError("the shared query cannot run"))
+    assert sup.home == {} and set(sup.queries) == {"s.a", "s.b"}
