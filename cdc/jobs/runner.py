@@ -506,8 +506,9 @@ class Supervisor:
     tables go on). A table that fails in a shared query leaves it for a query of its own,
     and joins it again once that query runs without failing, close to Kafka's end (`rejoin`);
     a shared query that fails for none of its tables is retried alike, and when retrying
-    cannot mend it, its tables each go on in a query of their own. Every query starts in
-    the job's session, whose query manager tells the supervisor when one ends."""
+    cannot mend it, its tables each go on in a query of their own, to join it again alike
+    after FAILED_RETRY_S. Every query starts in the job's session, whose query manager tells
+    the supervisor when one ends."""
 
     def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
                  clock=time.monotonic, sleep=None):
@@ -734,8 +735,8 @@ class Supervisor:
     def dissolve(self, name: str, error: CdcError) -> None:
         """Shared query `name`'s tables each go on in a query of their own."""
         tables = self.groups.pop(name, [])
-        for table in tables:  # for good: not to join it again
-            self.home.pop(table, None)
+        for table in tables:  # to join it again (`rejoin`), not before FAILED_RETRY_S
+            self.rejoin_at[table] = self.clock() + FAILED_RETRY_S
         log(f"the shared query failed: {error.message}; its {len(tables)} tables go on in queries of their own",
             table=name, event="shared-query-dissolved", level="warning", error=error.message)
         for table in tables:

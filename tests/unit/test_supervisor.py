@@ -576,11 +576,28 @@ def test_a_shared_query_all_of_whose_tables_left_starts_again_with_the_first_bac
     assert set(sup.queries) == {"shared-2s", "s.b"}
 
 
-def test_a_shared_query_dissolved_for_good_is_not_joined_again(tmp_path, monkeypatch):
+def test_the_tables_of_a_dissolved_shared_query_join_it_again_a_minute_later(tmp_path, monkeypatch):
     from cdc.errors import DependencyError
+    from cdc.jobs import runner
 
     sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery()})
     sup.groups = {"shared-2s": ["s.a", "s.b"]}
     sup.home = {"s.a": "shared-2s", "s.b": "shared-2s"}
-    sup.dissolve("shared-2s", DependencyError("the shared query cannot run"))
-    assert sup.home == {} and set(sup.queries) == {"s.a", "s.b"}
+    clock = Clock()
+    sup.clock = lambda: clock.now
+    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, **kw: (0, 0))
+    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    started = []
+    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest, **kw: (
+        started.append(sorted(members)), (FakeQuery(), FakeBatch({}, tmp_path)))[1])
+    sup.dissolve("shared-2s", DependencyError("Kafka at x is unreachable"))  # retries ran out
+    assert sup.groups == {} and set(sup.queries) == {"s.a", "s.b"}
+    for query in sup.queries.values():
+        query.lastProgress = {"numInputRows": 0}
+    clock.now += runner.FAILED_RETRY_S - 1
+    sup.rejoin()
+    assert started == [] and set(sup.queries) == {"s.a", "s.b"}
+    clock.now += 1
+    sup.rejoin()  # s.b: the restarted query's topics are FakeBatch's (none); it stays on its own
+    assert started == [["s.a"]] and set(sup.queries) == {"shared-2s", "s.b"}
