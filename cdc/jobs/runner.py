@@ -735,7 +735,8 @@ class Supervisor:
     def dissolve(self, name: str, error: CdcError) -> None:
         """Shared query `name`'s tables each go on in a query of their own."""
         tables = self.groups.pop(name, [])
-        for table in tables:  # to join it again (`rejoin`), not before FAILED_RETRY_S
+        self.recovered(name)  # started again (`rejoin`), it has a new retry budget
+        for table in tables:  # to join it again, not before FAILED_RETRY_S
             self.rejoin_at[table] = self.clock() + FAILED_RETRY_S
         log(f"the shared query failed: {error.message}; its {len(tables)} tables go on in queries of their own",
             table=name, event="shared-query-dissolved", level="warning", error=error.message)

@@ -591,8 +591,10 @@ def test_the_tables_of_a_dissolved_shared_query_join_it_again_a_minute_later(tmp
     started = []
     monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest, **kw: (
         started.append(sorted(members)), (FakeQuery(), FakeBatch({}, tmp_path)))[1])
+    sup.failing_since["shared-2s"] = 0.0
     sup.dissolve("shared-2s", DependencyError("Kafka at x is unreachable"))  # retries ran out
     assert sup.groups == {} and set(sup.queries) == {"s.a", "s.b"}
+    assert "shared-2s" not in sup.failing_since  # started again, it has a new retry budget
     for query in sup.queries.values():
         query.lastProgress = {"numInputRows": 0}
     clock.now += runner.FAILED_RETRY_S - 1
