@@ -605,10 +605,8 @@ class Supervisor:
             return None
 
         def opened(table: str):
-            session = self.spark.newSession()  # the table's own: its batches are applied in it
-            make_active(session)
             try:
-                return table, (self.tables[table], session, open_target(session, self.settings, self.tables[table]))
+                return table, self.open_member(table)
             except Exception as e:  # noqa: BLE001 - the table's own query tells what it is
                 return table, e
 
@@ -636,6 +634,13 @@ class Supervisor:
         for table, error in refused.items():  # after the backoff its error calls for (or given up)
             self.retry(table, error)
         return query
+
+    def open_member(self, table: str) -> tuple:
+        """A shared query's table: its registration, its own session (its batches are applied
+        in it) and its opened Target."""
+        session = self.spark.newSession()
+        make_active(session)
+        return self.tables[table], session, open_target(session, self.settings, self.tables[table])
 
     def drop_dead_checkpoints(self, directory: Path, same: str) -> None:
         """Remove the shared queries' checkpoints a killed job left (a stopped job removes its
@@ -671,13 +676,11 @@ class Supervisor:
             if query is None or table in self.failing_since or self.rejoin_at.get(table, 0.0) > now:
                 continue
             self.rejoin_at[table] = now + REJOIN_EVERY_S
-            batch = self.batches.get(name)
-            if batch is not None and topic_for(self.tables[table].source.name, self.tables[table]) \
-                    not in batch.subscribed:
+            if not query.isActive or query.lastProgress is None:
                 continue
-            lag = read_lag(self.settings, self.tables[table])
-            if (not query.isActive or query.lastProgress is None or lag is None
-                    or (batch is not None and lag[0] > batch.cap)):
+            reg, batch = self.tables[table], self.batches.get(name)
+            if batch is not None and (topic_for(reg.source.name, reg) not in batch.subscribed
+                                      or (lag := read_lag(self.settings, reg)) is None or lag[0] > batch.cap):
                 continue
             stop_query(table, self.queries.pop(table))
             shutil.rmtree(self.settings.path(self.settings.spark.checkpoint_dir) / table, ignore_errors=True)
@@ -692,11 +695,8 @@ class Supervisor:
     def join(self, name: str, batch: shared.SharedBatch, table: str) -> None:
         """`table` applied by running shared query `name` from its committed offsets; a target
         that does not open sends it back to a query of its own (`retry`)."""
-        session = self.spark.newSession()
-        make_active(session)
-        reg = self.tables[table]
         try:
-            target = open_target(session, self.settings, reg)
+            reg, session, target = self.open_member(table)
             applier = make_applier(session, self.settings, reg, target, batch.checkpoint)
         except Exception as e:  # noqa: BLE001 - the table's own query tells what it is
             self.leave(name, table)
