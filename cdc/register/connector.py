@@ -73,8 +73,9 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
         doc.update(read_template(settings, AVRO_CONVERTER))
         values["registry_url"] = settings.registry_converter_url
     config = {k: v.format(**values) if isinstance(v, str) else v for k, v in doc.items()}
-    # Registrations that name their key: Debezium keys those tables' records by it.
-    explicit = sorted(f"{t.source.schema_}.{t.source.table}:{','.join(t.key)}" for t in tables if t.key)
+    # Registrations that name their key: Debezium keys those tables' records by it (once for a
+    # table several registrations read: `registrar.check_shared_keys` makes them agree).
+    explicit = sorted({f"{t.source.schema_}.{t.source.table}:{','.join(t.key)}" for t in tables if t.key})
     if explicit:
         config["message.key.columns"] = ";".join(explicit)
     if src.kind == "mariadb" and settings.kafka.security.protocol != "PLAINTEXT":

@@ -46,6 +46,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         with kind.connect(settings, reg.source.name) as conn:
             described.append((reg, kind.describe_table(conn, reg)))
         check_connector_masks(settings, reg, described[-1][1].columns)
+    check_shared_keys(settings, described)
     would = [ensure_target(settings, catalog, reg, src, dry_run=True) for reg, src in described]  # checks only
     new = {reg.name for (reg, _), created in zip(described, would) if created}
     for (reg, src), created in zip(described, would):
@@ -111,6 +112,29 @@ def check_targets_unique(settings: Settings, selected: list[TableRegistration]) 
                               hint="give each its own `target:`, or remove the file that should not be there")
 
 
+def check_shared_keys(settings: Settings, described: list[tuple[TableRegistration, object]]) -> None:
+    """Registrations that read one source table (different targets, modes or sinks) share
+    its topic, which Debezium keys one way: they must key it by the same columns. Refused
+    before anything changes, naming both."""
+    keys = {reg.name: tuple(src.key) for reg, src in described}
+    for reg, src in described:
+        table = (reg.source.name, reg.source.schema_, reg.source.table)
+        for other in load_tables(settings):
+            if other.name == reg.name or (other.source.name, other.source.schema_, other.source.table) != table:
+                continue
+            if other.name not in keys:
+                kind = module_of(settings, other.source.name)
+                with kind.connect(settings, other.source.name) as conn:
+                    keys[other.name] = tuple(kind.describe_table(conn, other).key)
+            if keys[other.name] != keys[reg.name]:
+                raise ConfigError(
+                    f"registrations {other.name} ({other.file}) and {reg.name} ({reg.file}) both read "
+                    f"{reg.source.schema_}.{reg.source.table} of source {reg.source.name!r}, keyed by "
+                    f"{', '.join(keys[other.name])} and by {', '.join(keys[reg.name])}: the table has one topic, "
+                    f"which Debezium keys by one set of columns",
+                    hint=f"give both the same `key:` ({', '.join(keys[other.name])}), or remove one of them")
+
+
 def captured(settings: Settings, client: ConnectClient, source: str,
              selected: list[TableRegistration]) -> list[TableRegistration]:
     """What the source's connector captures once `selected` are registered: the selected
@@ -133,6 +157,12 @@ def _plan_source(settings: Settings, client: ConnectClient, source: str, tables:
     name = connector_name(source)
     previous = client.config(name)
     config = source_connector_config(settings, source, tables, shown=True)
+    if config.get("publish.via.partition.root") == "true":
+        kind = module_of(settings, source)
+        with kind.connect(settings, source) as conn:
+            would = kind.ensure_publication(conn, settings, source, dry_run=True)
+        if would:
+            print(would)
     if previous is None:
         print(f"connector {name} would be created, capturing {len(tables)} table(s):")
     changes = [(k, (previous or {}).get(k), config.get(k)) for k in sorted(set(config) | set(previous or {}))
@@ -273,6 +303,10 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
     with kind.connect(settings, source) as conn:
         kind.check_binlog(conn, source)
         kind.ensure_signal_table(conn, src.signal_table)
+        if config.get("publish.via.partition.root") == "true":
+            changed = kind.ensure_publication(conn, settings, source)
+            if changed:
+                print(changed)
         ensure_topics(kafka_access(settings), [topic_for(source, t) for t in tables], settings.kafka)
         down = client.not_running(name)
         client.put_config(name, config)
@@ -362,6 +396,7 @@ def _roll_back(settings: Settings, client: ConnectClient, kind, conn, source: st
     name = connector_name(source)
     why = retrying_cause(settings, source) or cause.message
     client.put_config(name, previous)
+    client.restart_failed(name)  # a task the new configuration failed shows FAILED until restarted
     try:
         client.wait_task_config(name, "table.include.list", previous.get("table.include.list", ""))
         client.wait_running(name)

@@ -51,8 +51,11 @@ def header(reg: TableRegistration, src) -> str:
 
     columns = "\n".join(f"#   {text(c.name)} {text(c.source_type or c.kind)}{'' if c.nullable else ' not null'}"
                         f"{'  (key)' if c.name in src.key else ''}" for c in src.columns)
+    partitioned = ("" if src.partitions is None else
+                   f"# Partitioned ({src.partitions} partitions now): the changes of every partition, and of those "
+                   f"attached later, are captured as this table's and reach its target.\n")
     return (f"# {reg.source.name}: {reg.source.schema_}.{reg.source.table}, introspected "
-            f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by `cdc tables add`.\n"
+            f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by `cdc tables add`.\n{partitioned}"
             f"# Columns (name and type as JSON strings; cdc register reads them again from the source):\n"
             f"{columns}\n")
 

@@ -133,6 +133,28 @@ def relation_check(where: str, relkind: str | None) -> Check:
                   "register a table: logical replication publishes tables only")
 
 
+def partition_check(where: str, relkind: str, is_partition: bool, root: str | None, partitions: int,
+                    publication: str, via_root: bool | None) -> Check | None:
+    """cdc captures a partitioned table through its root: the publication publishes the
+    changes of every partition (those attached later too) as the root's
+    (`publish_via_partition_root`, which `cdc register` sets). A partition registered
+    alone would then receive none. None for a table that is neither."""
+    if is_partition:
+        return failed("partitioned", f"{where} is a partition of {root}: its changes are published as changes of "
+                                     f"{root}, so a registration of the partition receives none",
+                      f"register {root} instead (cdc tables add {root}): its target holds every partition's rows")
+    if relkind != "p":
+        return None
+    if via_root is False:
+        return failed("partitioned", f"{where} is partitioned, and publication {publication} publishes the changes "
+                                     f"of its partitions under their own names, which the connector does not capture: "
+                                     f"no change after the snapshot reaches Kafka",
+                      f"run `cdc register` (it sets publish_via_partition_root on {publication}), or ALTER "
+                      f"PUBLICATION {ident(publication)} SET (publish_via_partition_root = true)")
+    return passed("partitioned", f"{where} is partitioned ({partitions} partition(s)): the changes of every partition, "
+                                 f"those attached later too, are captured as changes of {where}")
+
+
 def persistence_check(where: str, relpersistence: str) -> Check:
     """Unlogged and temporary tables write no WAL: nothing of them is captured."""
     if relpersistence == "p":

@@ -39,8 +39,8 @@ def server_checks(conn: psycopg.Connection, settings: Settings, source: str) -> 
 
 
 def table_checks(conn: psycopg.Connection, settings: Settings, source: str, reg: TableRegistration) -> list[Check]:
-    """The table exists, is logged, readable, keyed for updates and deletes, publishable,
-    and its columns pass the column preflight (once it is logged, readable and keyed)."""
+    """The table exists, is not a partition, is logged, readable, keyed for updates and
+    deletes, publishable (through its root when partitioned), and its columns pass the column preflight (once it is logged, readable and keyed)."""
     schema, table = reg.source.schema_, reg.source.table
     where = postgres.qualified(reg)
     row = conn.execute(
@@ -49,18 +49,27 @@ def table_checks(conn: psycopg.Connection, settings: Settings, source: str, reg:
         "has_table_privilege(c.oid, 'SELECT'), has_schema_privilege(n.oid, 'USAGE'), "
         "pg_get_userbyid(c.relowner), pg_has_role(c.relowner, 'USAGE'), "
         "EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = %s AND (p.puballtables OR EXISTS ("
-        "SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid))), current_user "
+        "SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid))), current_user, "
+        "c.relispartition, (SELECT format('%%s.%%s', rn.nspname, r.relname) FROM pg_class r JOIN pg_namespace rn "
+        "ON rn.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)), "
+        "(SELECT count(*) FROM pg_partition_tree(c.oid) WHERE isleaf), "
+        "(SELECT p.pubviaroot FROM pg_publication p WHERE p.pubname = %s) "
         "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-        (publication_name(settings, source), schema, table)).fetchone()
+        (publication_name(settings, source), publication_name(settings, source), schema, table)).fetchone()
     exists = d.relation_check(where, row[0] if row else None)
     if not exists.ok:
         return [exists]
-    relkind, persistence, identity, has_pk, can_select, has_usage, owner, owned, published, user = row
-    checks = [exists, d.persistence_check(where, persistence),
-              d.select_check(where, user, schema, can_select, has_usage),
-              d.replica_identity_check(where, has_pk, reg.key, identity),
-              d.publishable_check(where, user, owner, owned, published)]
-    if all(c.ok for c in checks[1:4]):  # the column preflight refuses those too: one failure says it
+    (relkind, persistence, identity, has_pk, can_select, has_usage, owner, owned, published, user, is_partition,
+     root, leaves, via_root) = row
+    partitioned = d.partition_check(where, relkind, is_partition, root, leaves, publication_name(settings, source),
+                                    via_root)
+    if is_partition:  # registered alone, it would receive nothing: that one check says what to do
+        return [exists, partitioned]
+    kept = [d.persistence_check(where, persistence), d.select_check(where, user, schema, can_select, has_usage),
+            d.replica_identity_check(where, has_pk, reg.key, identity)]
+    checks = [exists, *kept, d.publishable_check(where, user, owner, owned, published),
+              *([partitioned] if partitioned else [])]
+    if all(c.ok for c in kept):  # the column preflight refuses those too: one failure says it
         checks.append(columns(conn, reg, where))
     return checks
 

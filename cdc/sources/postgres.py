@@ -41,6 +41,27 @@ def connect(settings: Settings, name: str) -> psycopg.Connection:
 class SourceTable:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
+    partitions: int | None = None  # a partitioned table's partitions (PostgreSQL): captured through it
+
+
+RELATION_KINDS = {"v": "a view", "m": "a materialized view", "f": "a foreign table", "S": "a sequence",
+                  "c": "a composite type", "i": "an index", "I": "a partitioned index", "t": "a TOAST table"}
+
+
+def not_a_table(where: str, relkind: str) -> ConfigError:
+    """A relation logical replication does not publish (a view, a foreign table ...)."""
+    return ConfigError(f"{where} is {RELATION_KINDS.get(relkind, f'a relation of kind {relkind!r}')}, not a table: "
+                       f"logical replication publishes the changes of tables only",
+                       hint="register the table(s) it reads from instead")
+
+
+def a_partition(where: str, root: str) -> ConfigError:
+    """A partition of a partitioned table: its changes are published as the root's."""
+    return ConfigError(f"{where} is a partition of {root}: cdc captures a partitioned table through its root, so the "
+                       f"changes of {where} are published as changes of {root}, and a registration of the partition "
+                       f"alone would receive none of them",
+                       hint=f"register {root} instead (`cdc tables add {root}`): its target holds the rows of every "
+                            f"partition, those attached later too")
 
 
 def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTable:
@@ -55,10 +76,18 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
     if not rows:
         raise ConfigError(f"source table {schema}.{table} does not exist in source {reg.source.name!r} "
                           f"(registration {reg.file})", hint="create the table or fix source.schema/source.table")
-    persistence = conn.execute("SELECT relpersistence FROM pg_class WHERE oid = to_regclass(format('%%I.%%I', "
-                               "%s::text, %s::text))", (schema, table)).fetchone()
-    if persistence and persistence[0] != "p":  # PostgreSQL publishes no change of these
-        unlogged = persistence[0] == "u"
+    relation = conn.execute(
+        "SELECT c.relkind, c.relpersistence, c.relispartition, (SELECT format('%%s.%%s', n.nspname, r.relname) "
+        "FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)), "
+        "(SELECT count(*) FROM pg_partition_tree(c.oid) WHERE isleaf) "
+        "FROM pg_class c WHERE c.oid = to_regclass(format('%%I.%%I', %s::text, %s::text))", (schema, table)).fetchone()
+    relkind, persistence, is_partition, root, leaves = relation or ("r", "p", False, None, 0)
+    if relkind not in ("r", "p"):
+        raise not_a_table(f"{schema}.{table}", relkind)
+    if is_partition:
+        raise a_partition(f"{schema}.{table}", root)
+    if persistence != "p":  # PostgreSQL publishes no change of these
+        unlogged = persistence == "u"
         raise ConfigError(f"{schema}.{table} is {'an unlogged' if unlogged else 'a temporary'} table: PostgreSQL's "
                           f"logical decoding publishes none of its changes, and Debezium's publication refuses it",
                           hint=f"run ALTER TABLE {ident(schema)}.{ident(table)} SET LOGGED at the source"
@@ -90,7 +119,29 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
     # Key columns are never null in the target.
     check_columns(columns, where, reg.sink, reg.exclude, str(reg.file or "its registration"))
     columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
-    return SourceTable(columns, key)
+    return SourceTable(columns, key, partitions=int(leaves) if relkind == "p" else None)
+
+
+def ensure_publication(conn: psycopg.Connection, settings: Settings, source: str, dry_run: bool = False) -> str | None:
+    """The source's publication, where it exists, publishes the changes of a partition as
+    changes of its partitioned table (`publish_via_partition_root`, which the connector
+    sets only on a publication it creates): the connector captures a partitioned table
+    through its root. Returns what was (with `dry_run`: would be) changed, in words."""
+    name = publication_name(settings, source)
+    row = conn.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+    if row is None or row[0]:
+        return None
+    done = f"publication {name}: the changes of partitions published through their partitioned table"
+    if dry_run:
+        return done.replace("published", "would be published")
+    try:
+        conn.execute(psycopg.sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)")
+                     .format(psycopg.sql.Identifier(name)))
+    except psycopg.errors.InsufficientPrivilege as e:
+        raise SourceError(f"source {source!r}: cannot set publish_via_partition_root on publication {name}: "
+                          f"{str(e).strip()}", hint=f"run ALTER PUBLICATION {ident(name)} SET "
+                                                    f"(publish_via_partition_root = true) as its owner") from None
+    return done
 
 
 def _split(qualified: str) -> tuple[str, str]:

@@ -57,6 +57,18 @@ def test_an_inactive_slot_is_a_warning():
     assert "INACTIVE, 3.0 GB of WAL held" in idle.found and "pg_drop_replication_slot('cdc_a')" in idle.fix
 
 
+def test_a_partitioned_table_is_captured_through_its_root():
+    assert d.partition_check('"s"."t"', "r", False, None, 0, "cdc_a", False) is None  # a plain table: no check
+    root = d.partition_check('"s"."t"', "p", False, "s.t", 3, "cdc_a", True)
+    assert root.ok and "partitioned (3 partition(s))" in root.found and "attached later too" in root.found
+    assert d.partition_check('"s"."t"', "p", False, "s.t", 3, "cdc_a", None).ok  # no publication yet: register makes it
+    old = d.partition_check('"s"."t"', "p", False, "s.t", 3, "cdc_a", False)
+    assert not old.ok and "under their own names" in old.found
+    assert 'ALTER PUBLICATION "cdc_a" SET (publish_via_partition_root = true)' in old.fix
+    leaf = d.partition_check('"s"."t_eu"', "r", True, "s.t", 1, "cdc_a", True)
+    assert not leaf.ok and "is a partition of s.t" in leaf.found and leaf.fix.startswith("register s.t instead")
+
+
 def test_table_kind_persistence_and_privileges():
     assert d.relation_check('"s"."t"', "r").ok and d.relation_check('"s"."t"', "p").ok
     assert "does not exist" in d.relation_check('"s"."t"', None).found

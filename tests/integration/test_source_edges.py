@@ -1,0 +1,151 @@
+"""What a real source brings: partitioned tables, views, one table registered twice."""
+from __future__ import annotations
+
+import json
+
+import psycopg
+
+from cdc.sources.postgres import publication_name
+
+
+def doctor(env, capsys, table: str) -> dict[str, dict]:
+    """`cdc doctor`'s checks of one registered table, by name."""
+    capsys.readouterr()
+    env.cdc("doctor", "--source", env.source, "--json")
+    return {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"] if c["table"] == table}
+
+
+def test_a_partitioned_table_is_captured_through_its_root(it_env, capsys):
+    """Every change of every partition (one attached after registering too, a row moved
+    between partitions) reaches the root's target; a partition alone and a view are
+    refused with the reason; a publication made without publish_via_partition_root is
+    set by `register`, and `doctor` says both."""
+    env, s = it_env, it_env.schema
+    env.sql(f'CREATE TABLE "{s}".parted (id int, region text, v text, PRIMARY KEY (id, region)) '
+            f"PARTITION BY LIST (region)")
+    env.sql(f'CREATE TABLE "{s}".parted_eu PARTITION OF "{s}".parted FOR VALUES IN (\'eu\')')
+    env.sql(f'CREATE TABLE "{s}".parted_us PARTITION OF "{s}".parted FOR VALUES IN (\'us\')')
+    env.sql(f'INSERT INTO "{s}".parted SELECT i, CASE WHEN i % 2 = 0 THEN \'eu\' ELSE \'us\' END, \'v\' || i '
+            f"FROM generate_series(1, 20) i")
+    env.sql(f'CREATE VIEW "{s}".parted_view AS SELECT * FROM "{s}".parted')
+    for table, reason in (("parted_eu", f"is a partition of {s}.parted"), ("parted_view", "is a view, not a table")):
+        capsys.readouterr()
+        assert env.cdc("tables", "add", f"{s}.{table}") == 2
+        err = capsys.readouterr().err
+        assert reason in err and "primary key" not in err, err
+    # A publication made before, as an older connector made it: partitions' changes under their own names.
+    pub = publication_name(env.settings, env.source)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (pub,)).fetchone():
+            conn.execute(f'ALTER PUBLICATION "{pub}" SET (publish_via_partition_root = false)')
+        else:
+            conn.execute(f'CREATE PUBLICATION "{pub}" FOR TABLE "{s}".parted')
+    capsys.readouterr()
+    assert env.cdc("tables", "add", f"{s}.parted") == 0
+    assert "# Partitioned (2 partitions now)" in capsys.readouterr().out
+    checks = doctor(env, capsys, f"{s}.parted")
+    assert not checks["partitioned"]["ok"] and "under their own names" in checks["partitioned"]["found"]
+    assert env.cdc("register", "--table", f"{s}.parted") == 0
+    assert f"publication {pub}: the changes of partitions published through" in capsys.readouterr().out
+    env.replicate("parted")
+    assert env.assert_equal("parted", key=("id", "region")) == 20
+
+    env.sql(f'CREATE TABLE "{s}".parted_ap PARTITION OF "{s}".parted FOR VALUES IN (\'ap\')')
+    marker = env.transaction(
+        f'UPDATE "{s}".parted SET v = \'changed\' WHERE id <= 6',
+        f'DELETE FROM "{s}".parted WHERE id IN (7, 8)',
+        f'INSERT INTO "{s}".parted VALUES (21, \'eu\', \'new\'), (22, \'us\', \'new\'), (23, \'ap\', \'attached\')',
+        f'UPDATE "{s}".parted SET region = \'ap\' WHERE id = 9')  # moved to another partition
+    env.replicate("parted", marker)
+    assert env.assert_equal("parted", key=("id", "region")) == 21
+    checks = doctor(env, capsys, f"{s}.parted")
+    assert checks["partitioned"]["ok"] and "partitioned (3 partition(s))" in checks["partitioned"]["found"]
+
+
+def test_a_partitioned_mariadb_table_is_one_table(it_mariadb):
+    env, s = it_mariadb, it_mariadb.schema
+    env.sql(f"CREATE TABLE `{s}`.parted (id INT, region INT, v VARCHAR(20), PRIMARY KEY (id, region)) "
+            f"PARTITION BY RANGE (region) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20))")
+    env.sql(f"INSERT INTO `{s}`.parted VALUES (1, 1, 'a'), (2, 15, 'b'), (3, 5, 'c')")
+    assert env.cdc("tables", "add", f"{s}.parted") == 0
+    assert env.cdc("register", "--table", f"{s}.parted") == 0
+    env.replicate("parted")
+    env.sql(f"ALTER TABLE `{s}`.parted ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))")
+    marker = env.transaction(f"UPDATE `{s}`.parted SET v = 'moved', region = 25 WHERE id = 1",
+                             f"DELETE FROM `{s}`.parted WHERE id = 3",
+                             f"INSERT INTO `{s}`.parted VALUES (4, 29, 'd')")
+    env.replicate("parted", marker)
+    assert env.assert_equal("parted", key=("id", "region")) == 3
+
+
+def test_one_source_table_registered_twice_fills_both_targets(it_env, capsys):
+    """Two registrations of one source table (each its target) are captured once, from one
+    topic, and applied to both; one keyed otherwise is refused before anything changes;
+    removing one keeps the other captured."""
+    from cdc.register.connector import ConnectClient, connector_name
+    from tests.compare import assert_equal
+
+    env, s = it_env, it_env.schema
+    env.sql(f'CREATE TABLE "{s}".twin (id int PRIMARY KEY, v text)')
+    env.sql(f'INSERT INTO "{s}".twin SELECT g, \'v\' || g FROM generate_series(1, 30) g')
+    assert env.cdc("tables", "add", f"{s}.twin") == 0
+    assert env.cdc("register", "--table", f"{s}.twin") == 0
+    env.replicate("twin")
+    assert env.cdc("tables", "add", f"{s}.twin", "--name", f"{s}.twin2") == 0  # a second target, added later
+    assert env.cdc("register", "--table", f"{s}.twin2") == 0
+    client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    config = client.config(connector)
+    assert config.get("message.key.columns", "").count(f"{s}.twin:") <= 1
+    assert not client.not_running(connector)
+    odd = env.register_table("twin", key=["v"], name=f"{s}.twin3")
+    capsys.readouterr()
+    assert env.cdc("register", "--table", odd) == 2
+    assert "keyed by id and by v" in capsys.readouterr().err
+    assert client.config(connector) == config and not env.catalog.table_exists(f"{s}.twin3")
+    (env.settings.path(env.settings.tables_dir) / f"{odd}.yaml").unlink()
+
+    marker = env.transaction(f'UPDATE "{s}".twin SET v = \'changed\' WHERE id <= 5',
+                             f'DELETE FROM "{s}".twin WHERE id = 6', f'INSERT INTO "{s}".twin VALUES (31, \'new\')')
+    for name in ("twin", "twin2"):
+        env.replicate(name, marker)
+        assert_equal(env.dsn, s, "twin", env.catalog, f"{s}.{name}", ("id",))
+    assert env.cdc("tables", "remove", f"{s}.twin2") == 0
+    assert f"{s}.twin" in client.config(connector)["table.include.list"].split(",")
+    env.replicate("twin", env.transaction(f'UPDATE "{s}".twin SET v = \'after\' WHERE id = 31'))
+    assert env.assert_equal("twin") == 30
+
+
+def test_a_connector_update_whose_task_fails_is_rolled_back(it_env, monkeypatch):
+    """A configuration Connect takes and whose task then fails at once (here, a key given
+    twice for a table, as `register` once wrote for a table registered twice) is replaced by
+    the previous one, whose failed task is restarted: the tables it captured flow again."""
+    from cdc.config.loader import load_tables
+    from cdc.errors import ConnectorError
+    from cdc.register import registrar
+    from cdc.register.connector import ConnectClient, connector_name
+
+    env, s = it_env, it_env.schema
+    env.sql(f'CREATE TABLE "{s}".failing (id int PRIMARY KEY, v text)')
+    env.sql(f'INSERT INTO "{s}".failing VALUES (1, \'one\')')
+    assert env.cdc("register", "--table", env.register_table("failing", key=["id"])) == 0
+    env.replicate("failing")
+    client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    before = client.config(connector)
+    real = registrar.source_connector_config
+
+    def doubled(*args, **kwargs):
+        config = real(*args, **kwargs)
+        return {**config, "message.key.columns": f"{s}.failing:id;{s}.failing:id"}
+    monkeypatch.setattr(registrar, "source_connector_config", doubled)
+    monkeypatch.setattr(registrar, "CAPTURE_CHECK_S", 30.0)
+    selected = registrar.captured(env.settings, client, env.source, load_tables(env.settings, f"{s}.failing"))
+    try:
+        registrar._register_source(env.settings, client, env.source, selected, wait_snapshot=True)
+    except ConnectorError as e:
+        refused = str(e)
+    else:
+        raise AssertionError("a configuration whose task fails was kept")
+    assert "its previous configuration is back" in refused, refused
+    assert client.config(connector) == before and not client.not_running(connector)
+    env.replicate("failing", env.transaction(f'UPDATE "{s}".failing SET v = \'flowing\''))
+    assert env.assert_equal("failing") == 1
