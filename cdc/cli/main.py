@@ -134,7 +134,13 @@ def _run(args) -> int:
     from cdc.jobs.runner import run
 
     settings = load_settings(args.config)
-    tables = load_tables(settings, args.table)
+    bad: list = []
+    tables = load_tables(settings, args.table, invalid=bad)
+    for b in bad:  # one bad file stops its table, not the others
+        log(f"its registration does not load, so it is not run: {b.error}", table=b.name, level="error",
+            event="registration-invalid")
+    if bad and not tables:
+        raise bad[0].error
     if args.metrics_port:
         from cdc.jobs.metrics import serve
 
@@ -175,11 +181,15 @@ def _one_table(settings, names: list[str], command: str):
 
 
 def _reconcile(args) -> int:
-    from cdc.report.reconcile import exit_code, format_json, format_text, reconcile
+    from cdc.report.reconcile import exit_code, format_json, format_text, invalid_row, reconcile
 
     settings = load_settings(args.config)
-    tables = load_tables(settings, args.table)
-    rows = reconcile(settings, tables, wait_s=args.wait, deep=args.deep, limit=args.limit)
+    if args.out:
+        check_out_folder(args.out)
+    bad: list = []  # registrations that do not load: their tables' rows say so, the others are checked
+    tables = load_tables(settings, args.table, invalid=bad)
+    rows = reconcile(settings, tables, wait_s=args.wait, deep=args.deep, limit=args.limit) if tables else []
+    rows += [invalid_row(b) for b in bad]
     form = "json" if args.json else args.format or "text"
     if form == "html":
         from cdc.report import history
@@ -195,6 +205,19 @@ def _reconcile(args) -> int:
     else:
         print(report)
     return exit_code(rows)
+
+
+def check_out_folder(out: str) -> None:
+    """`--out FILE`: its folder exists and takes a file, checked before the work it reports."""
+    folder = Path(out).resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(f"--out {out}: folder {folder} does not exist", hint=f"create it (mkdir -p {folder}) "
+                                                                               f"or write the report elsewhere")
+    if Path(out).is_dir():
+        raise ConfigError(f"--out {out} is a folder", hint="give a file's path, e.g. --out reports/reconcile.html")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"--out {out}: folder {folder} is not writable by this user",
+                          hint="write the report elsewhere")
 
 
 def _maintain(args) -> int:
@@ -218,7 +241,8 @@ def _status(args) -> int:
     from cdc.report.status import format_text, problems, status
 
     settings = load_settings(args.config)
-    rows, captures = status(settings, load_tables(settings, args.table))
+    bad: list = []  # registrations that do not load: their tables' rows say so, the others are read
+    rows, captures = status(settings, load_tables(settings, args.table, invalid=bad), invalid=bad)
     code, found = problems(rows, captures, args.max_lag, args.max_age)
     if args.json:
         print(document.dumps(ok=code == 0, problems=found, tables=rows, sources=captures))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _read_yaml(path: Path) -> dict:
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist", hint="pass --config PATH or run from the repository root")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text: byte 0x{e.object[e.start]:02x} at offset {e.start} is not "
+                          f"valid UTF-8", hint="save the file as UTF-8") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {e}")
     if not isinstance(data, dict):
@@ -95,33 +99,58 @@ def load_settings(path: str | Path | None = None) -> Settings:
         raise ConfigError(describe(e, path)) from None
 
 
-def load_tables(settings: Settings, only: str | Iterable[str] | None = None) -> list[TableRegistration]:
+@dataclass(frozen=True)
+class InvalidRegistration:
+    """A registration file that does not load: the table it is named after, and why."""
+
+    name: str  # the file's name without .yaml
+    file: Path
+    error: ConfigError
+
+
+def _load_registration(settings: Settings, f: Path) -> TableRegistration:
+    data = expand_env(_read_yaml(f), f.name)
+    try:
+        reg = TableRegistration(file=f, **data)
+    except ValidationError as e:
+        raise ConfigError(describe(e, f)) from None
+    if f.name != f"{reg.name}.yaml":
+        raise ConfigError(f"{f}: the file of table {reg.name!r} must be named {reg.name}.yaml")
+    return resolve_source(reg, settings)
+
+
+def load_tables(settings: Settings, only: str | Iterable[str] | None = None,
+                invalid: list[InvalidRegistration] | None = None) -> list[TableRegistration]:
     """Every registration under tables_dir, validated against the sources of `settings`; or
-    those `only` selects: a name or several, or fnmatch patterns such as `shop.*`."""
+    those `only` selects: a name or several, or fnmatch patterns such as `shop.*`. A file
+    that does not load raises, unless `invalid` is given: then it is left out, and added
+    to `invalid` when selected (one bad file is that table's problem, not every table's)."""
     tables_dir = settings.path(settings.tables_dir)
     files = sorted(tables_dir.glob("*.yaml")) if tables_dir.is_dir() else []
-    tables = []
+    tables, broken = [], []
     for f in files:
-        data = expand_env(_read_yaml(f), f.name)
         try:
-            reg = TableRegistration(file=f, **data)
-        except ValidationError as e:
-            raise ConfigError(describe(e, f)) from None
-        if f.name != f"{reg.name}.yaml":
-            raise ConfigError(f"{f}: the file of table {reg.name!r} must be named {reg.name}.yaml")
-        tables.append(resolve_source(reg, settings))
+            tables.append(_load_registration(settings, f))
+        except ConfigError as e:
+            if invalid is None:
+                raise
+            broken.append(InvalidRegistration(f.stem, f, e))
     if only is None:
-        return tables
-    chosen: set[str] = set()
-    for wanted in [only] if isinstance(only, str) else only:
-        pattern = is_pattern(wanted)
-        found = {t.name for t in tables if (fnmatchcase(t.name, wanted) if pattern else t.name == wanted)}
-        if not found:
-            names = ", ".join(f.stem for f in files) or "(none registered)"
-            raise ConfigError(f"no registered table {'matches' if pattern else 'named'} {wanted!r} under {tables_dir}",
-                              hint=f"pick one of: {names}" if pattern else
-                              f"add {tables_dir}/{wanted}.yaml, or pick one of: {names}")
-        chosen |= found
+        chosen = {t.name for t in tables} | {b.name for b in broken}
+    else:
+        chosen = set()
+        for wanted in [only] if isinstance(only, str) else only:
+            pattern = is_pattern(wanted)
+            found = {n for n in [t.name for t in tables] + [b.name for b in broken]
+                     if (fnmatchcase(n, wanted) if pattern else n == wanted)}
+            if not found:
+                names = ", ".join(f.stem for f in files) or "(none registered)"
+                raise ConfigError(f"no registered table {'matches' if pattern else 'named'} {wanted!r} under "
+                                  f"{tables_dir}", hint=f"pick one of: {names}" if pattern else
+                                  f"add {tables_dir}/{wanted}.yaml, or pick one of: {names}")
+            chosen |= found
+    if invalid is not None:
+        invalid.extend(b for b in broken if b.name in chosen)
     return [t for t in tables if t.name in chosen]
 
 

@@ -22,6 +22,25 @@ def check_identifier(value: str, what: str) -> str:
     return value
 
 
+HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")  # a name or an IP
+HTTP_URL = re.compile(r"^https?://[^/\s?#]+(/\S*)?$")
+MEMORY = re.compile(r"^[0-9]+[kmgtKMGT]?$")  # a JVM memory size: 512m, 2g
+
+
+def check_host(value: str, what: str) -> str:
+    """A host name or IP address, as a client connects to it."""
+    if not HOST.match(value or ""):
+        raise ValueError(f"{what} {value!r} is not a host name or IP address")
+    return value
+
+
+def check_http_url(value: str | None, what: str, example: str) -> str | None:
+    """An http(s) URL with a host (unset stays unset)."""
+    if value is not None and not HTTP_URL.match(value):
+        raise ValueError(f"{what} {value!r} is not an http(s) URL, e.g. {example}")
+    return value
+
+
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -218,6 +237,17 @@ class KafkaSettings(Frozen):
         description="How the connectors' producers compress change records on their way to Kafka "
                     "(`compression.type`).")
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _brokers(cls, v: str | None) -> str | None:
+        for broker in [] if v is None else v.split(","):
+            host, sep, port = broker.strip().rpartition(":")
+            if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"broker {broker.strip()!r} is not host:port (bootstrap_servers is host:port, "
+                                 f"comma-separated, e.g. kafka-1:9092,kafka-2:9092)")
+            check_host(host, "broker host")
+        return v
+
 
 class HttpAccess(Frozen):
     """Credentials and TLS trust of an HTTP service (Kafka Connect's REST API, the schema
@@ -253,6 +283,11 @@ class ConnectSettings(HttpAccess):
         description="The Connect REST API's base URL (http or https). Unset: the local stack's worker, "
                     "http://127.0.0.1:`stack.connect_port`.")
 
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        return check_http_url(v, "url", "http://connect:8083")
+
 
 # The local stack's registry (Apicurio): its Confluent-compatible API and its own.
 REGISTRY_CONFLUENT_API, REGISTRY_NATIVE_API = "/apis/ccompat/v7", "/apis/registry/v2"
@@ -273,6 +308,11 @@ class SchemaRegistrySettings(HttpAccess):
         description="What the converter template (avro-converter.json) gets as `{registry_url}`: where the "
                     "connectors, in Connect, register writer schemas. Unset: `url`, or for the local stack's "
                     "Apicurio registry its native API.")
+
+    @field_validator("url", "converter_url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        return check_http_url(v, "url", "http://registry:8081")
 
 
 class SourceSettings(Frozen):
@@ -347,6 +387,13 @@ class SourceSettings(Frozen):
     @classmethod
     def _plain(cls, v: str, info) -> str:
         return check_identifier(v, info.field_name)
+
+    @field_validator("host", "connector_host")
+    @classmethod
+    def _host(cls, v: str | None, info) -> str | None:
+        if v is None or v.startswith("/"):  # a Unix socket's directory (PostgreSQL)
+            return v
+        return check_host(v, info.field_name)
 
     @field_validator("signal_table")
     @classmethod
@@ -547,6 +594,14 @@ class SparkSettings(Frozen):
         "2g",
         description="Spark's `spark.driver.memory` (512m, 2g); under spark-submit the driver runs already, so "
                     "give `--driver-memory` there.")
+
+    @field_validator("driver_memory")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        if not MEMORY.match(v):
+            raise ValueError(f"driver_memory {v!r} is not a JVM memory size: a number of bytes with k, m, g or t, "
+                             f"e.g. 512m or 2g")
+        return v
     shuffle_partitions: int = Field(
         4, ge=1,
         description="Spark's `spark.sql.shuffle.partitions` for each batch's dedupe and MERGE (and the partitions "

@@ -29,6 +29,15 @@ NOT_AN_ENVELOPE = "value is not a Debezium JSON envelope"
 VALUE_DOES_NOT_FIT = "a value of the envelope does not fit its column type"
 NON_DATA = "non-data"  # `_op` of a heartbeat, transaction marker or schema change: ignored
 OLD_KEY, NEW_KEY = "__debezium.oldkey", "__debezium.newkey"  # the headers of a key change's two events
+# The JSON reader refuses a string longer than this (Jackson's default), unless told more.
+JACKSON_MAX_STRING = 20_000_000
+MAX_VALUE_BYTES = 32 * 1024 * 1024  # kafka.max_record_bytes's default
+
+
+def json_options(max_value_bytes: int) -> dict[str, str]:
+    """The JSON reader's options: a string value as long as a record may be (a text value of
+    a row up to `kafka.max_record_bytes` is read, not refused)."""
+    return {"maxStringLen": str(max(max_value_bytes, JACKSON_MAX_STRING))}
 
 
 # A JSON converter message is {"schema": ..., "payload": ...}, in that order, compact. A quote
@@ -117,13 +126,13 @@ def payload_schema(columns: tuple[Column, ...], text: tuple[str, ...] = ()) -> s
             f"file: STRING, pos: BIGINT, row: INT>, op: STRING>")
 
 
-def payload(schema: str, known: dict[int, str] | None = None) -> SparkColumn:
+def payload(schema: str, known: dict[int, str] | None = None, max_value_bytes: int = MAX_VALUE_BYTES) -> SparkColumn:
     """A record value's payload parsed as `schema` (`payload_schema`). A value starting with
     one of the `known` schema parts (`schema_heads`) is parsed without it: `{` and the text
     from its `"payload":` on (a byte offset that part gives) make the same message but for
     the schema part, most of the record, which is then not read again."""
     def parsed(value: SparkColumn) -> SparkColumn:
-        return F.from_json(value, f"STRUCT<payload: {schema}>").getField("payload")
+        return F.from_json(value, f"STRUCT<payload: {schema}>", json_options(max_value_bytes)).getField("payload")
 
     def without(head: str) -> SparkColumn:
         start = len(head.encode("utf-8")) + 2  # past the comma
@@ -171,7 +180,8 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
 def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
             refused: SparkColumn | None = None, schema: SparkColumn | None = None,
             masked: tuple[str, ...] = (), headers: bool = True,
-            heads: dict[int, str] | None = None) -> Callable[[DataFrame], DataFrame]:
+            heads: dict[int, str] | None = None,
+            max_value_bytes: int = MAX_VALUE_BYTES) -> Callable[[DataFrame], DataFrame]:
     """The decoding of the Kafka source's rows (with their `headers` column or without), its
     expressions built once: a job keeps it between batches, and each batch then costs a few
     calls into the JVM instead of a thousand. `refused`: over the raw rows, why a record's
@@ -180,14 +190,15 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     (`schema_fingerprint`), kept as `_schema`. `masked`: the columns to be hashed
     (`protect.mask_columns`), given as the text of their target value, or as the hash where
     the connector made it. `heads`: schema parts the records are likely to start with
-    (`payload`)."""
+    (`payload`). `max_value_bytes`: `kafka.max_record_bytes`, the longest value read (a
+    longer one that does not parse is a bad record, `record-too-large`)."""
     kept = [schema.alias("_schema")] if schema is not None else []
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     text = masked_as_text(columns, masked)
     envelope = [
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
-        payload(payload_schema(columns, text), heads).alias("_v"),
+        payload(payload_schema(columns, text), heads, max_value_bytes).alias("_v"),
         F.col("value").isNull().alias("_null_value"), F.col("value"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
@@ -200,7 +211,8 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     # schema changes have none. A change event, nearly every record, is parsed once.
     loose_value = F.when(
         ~F.col("_null_value") & (F.col("_v").isNull() | F.col("_v.op").isNull()),
-        F.from_json(F.col("value").cast("string"), "STRUCT<payload: MAP<STRING, STRING>>").getField("payload"))
+        F.from_json(F.col("value").cast("string"), "STRUCT<payload: MAP<STRING, STRING>>",
+                    json_options(max_value_bytes)).getField("payload"))
     loose = F.col("_loose")
     non_data = loose.getItem("op").isNull() & (
         (loose.getItem("status").isin("BEGIN", "END") & loose.getItem("id").isNotNull())  # transaction metadata
@@ -237,8 +249,13 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     required = [c.name for c in columns if not c.nullable and c.name not in key]
     missing = [F.when(row.getField(n).isNull(), F.lit(n)) for n in required]
     missing_required = F.concat_ws(", ", *missing) if missing else F.lit("")
+    unread = ~F.col("_null_value") & F.col("_v").isNull()
     checks = [
         (F.col("_refused").isNotNull(), "schema-refused", F.col("_refused")),
+        (unread & (F.octet_length("value") > max_value_bytes), "record-too-large",
+         F.concat(F.lit("the value's "), F.octet_length("value").cast("string"),
+                  F.lit(f" bytes are over kafka.max_record_bytes ({max_value_bytes}), the longest value the decoder "
+                        f"reads: raise it in cdc.yaml, then `cdc replay` this record's offsets"))),
         (~F.col("_null_value") & F.col("_v").isNull() & loose.getItem("op").isNotNull(),
          "value-does-not-fit", F.lit(VALUE_DOES_NOT_FIT)),
         (~F.col("_null_value") & F.col("_v").isNull() & (F.coalesce(F.col("_op"), F.lit("")) != NON_DATA),

@@ -18,7 +18,8 @@ from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
 from cdc.decoding.envelope import row_fields
-from cdc.decoding.spark_decode import NON_DATA, decoder, refusal, schema_fingerprint, schema_heads, value_schemas
+from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, refusal, schema_fingerprint, schema_heads,
+                                      value_schemas)
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
 from cdc.log import log
@@ -29,7 +30,7 @@ from cdc.planning.history import history_changes, stored_versions
 from cdc.planning.merge import (KEY_BUCKETS, MOVED, append_sql, deletes_table_sql, forget_deletes_sql,
                                 history_merge_sql, key_bucket, merge_sql, remember_deletes_sql,
                                 remembered_deletes_sql, truncate_sql)
-from cdc.planning.protect import mask_columns
+from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sinks.formats import TABLE_CLAUSES, format_of, open_table
@@ -154,6 +155,7 @@ class TableApplier:
     forget_every_s: float = FORGET_EVERY_S
     compact_every_files: int = 0  # data files a partition added between two rewrites of the small ones (0: never)
     max_snapshots: int = 0  # snapshots the job keeps of an Iceberg target and its tables (0: all)
+    max_record_bytes: int = MAX_VALUE_BYTES  # kafka.max_record_bytes: the longest record value decoded
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -260,7 +262,7 @@ class TableApplier:
             by = schema_fingerprint(self.heads) if self.registry is None else F.col(avro.VALUE_SCHEMA_ID)
             return decoder(self.columns, self.key, self.source_kind, refusal(by, refused),
                            schema_fingerprint(self.heads) if fingerprinted else None, self.masked, headers,
-                           self.heads if self.registry is None else None)
+                           self.heads if self.registry is None else None, self.max_record_bytes)
         return self._plan(("decode", tuple(sorted(refused.items())), fingerprinted, headers, tuple(self.heads)),
                           build)
 
@@ -366,12 +368,15 @@ class TableApplier:
                 f"partition {first['_partition']} offset {first['_offset']}: {first['_error']}",
                 hint="nothing of this batch was committed; fix the producer or the registration and rerun, "
                      "or set options.on_error: dlq to set bad records aside")
+        value, kept = dead_letter_value(self.masked, "headers" in batch.columns)
         letters = bad.select("_partition", "_offset", "_error", "_error_class").join(
-            batch.select(F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), "key", "value"),
+            batch.select(F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), "key",
+                         value.alias("value"), kept.alias("_kept")),
             ["_partition", "_offset"]).select(
             F.lit(self.topic).alias("topic"), F.col("_partition").alias("partition"),
             F.col("_offset").alias("offset"), "key", "value", F.col("_error_class").alias("error_class"),
-            F.col("_error").alias("error_message"), F.current_timestamp().alias("failed_at"),
+            F.when(F.col("_kept"), F.col("_error")).otherwise(F.concat(F.col("_error"), F.lit(WITHHELD)))
+            .alias("error_message"), F.current_timestamp().alias("failed_at"),
             F.lit(batch_id).cast("bigint").alias("batch_id"), F.lit(self.job).alias("job"))
         view = self._view("cdc_dead")
         letters.createOrReplaceTempView(view)

@@ -158,7 +158,7 @@ def make_applier(spark, settings: Settings, reg: TableRegistration, target: Targ
                         dead_letters_ref=dead_letters, deletes_ref=deletes,
                         delete_horizon_hours=reg.options.delete_horizon_hours,
                         compact_every_files=reg.options.compact_every_files,
-                        max_snapshots=reg.options.max_snapshots,
+                        max_snapshots=reg.options.max_snapshots, max_record_bytes=settings.kafka.max_record_bytes,
                         source_kind=settings.sources[reg.source.name].kind,
                         registry=registry_of(settings, reg),
                         mode=reg.mode, excluded=reg.exclude,

@@ -58,6 +58,30 @@ def mask_columns(df, masked: tuple[str, ...], key: bytes | None):
     return df.drop(MASKED_UPSTREAM) if upstream else df
 
 
+WITHHELD = ("; its raw value is withheld here, as it holds masked column(s) in clear (Kafka keeps the record at "
+            "this offset)")
+
+
+def dead_letter_value(masked: tuple[str, ...], headers: bool):
+    """Spark, over a batch's raw records: (the raw value a bad record's dead letter keeps,
+    whether it is kept). With masked columns, a value is kept only where the connector
+    hashed every one of them (its header names them all): any other holds a clear value,
+    which the dead letters must not (the record stays in Kafka, at its offset)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    if not masked:
+        return F.col("value"), F.lit(True)
+    if not headers:
+        return F.lit(None).cast("binary"), F.lit(False)
+    found = F.filter("headers", lambda h: h["key"] == F.lit(MASKED_HEADER))
+    listed = F.split(F.substring_index(F.try_element_at(found, F.lit(1)).getField("value").cast("string"), ":", -1),
+                     ",")
+    kept = reduce(lambda a, b: a & b, [F.coalesce(F.array_contains(listed, c), F.lit(False)) for c in masked])
+    return F.when(kept, F.col("value")), kept
+
+
 def hashed_upstream(column: str):
     """Spark: true where the connector hashed `column` of a decoded change (MASKED_UPSTREAM)."""
     from pyspark.sql import functions as F

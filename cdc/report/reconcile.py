@@ -13,6 +13,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import functions as F
 
 from cdc import errors
+from cdc.config.loader import InvalidRegistration
 from cdc.config.models import Settings, TableRegistration
 from cdc.log import log
 from cdc.planning.position import after_count
@@ -29,7 +30,7 @@ from cdc.sinks.found import found_target
 from cdc.sinks.iceberg import live_rows_filter
 from cdc.sources import module_of, postgres
 
-OK, DRIFT, IN_FLIGHT, CAPTURE_STOPPED = "OK", "DRIFT", "IN-FLIGHT", "CAPTURE-STOPPED"
+OK, DRIFT, IN_FLIGHT, CAPTURE_STOPPED, INVALID = "OK", "DRIFT", "IN-FLIGHT", "CAPTURE-STOPPED", "INVALID"
 PROGRESS_EVERY_S = 10  # how often a table still in flight logs what it waits for
 
 
@@ -155,6 +156,13 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
     return rows
 
 
+def invalid_row(bad: InvalidRegistration) -> dict:
+    """The row of a table whose registration file does not load: nothing can be compared."""
+    return {"table": bad.name, "target": None, "status": INVALID, "source_rows": None, "target_rows": None,
+            "difference": None, "source_position": None, "target_position": None, "source_commit_time": None,
+            "lag": None, "dead_letters": None, "reason": f"its registration does not load: {bad.error}"}
+
+
 def _deep_compare(settings: Settings, limit: int):
     """`deep` for `reconcile_table`: the source read in the count's snapshot against the
     target at the counted snapshot, in Spark."""
@@ -197,9 +205,9 @@ def _deep_compare(settings: Settings, limit: int):
 
 def exit_code(rows: list[dict]) -> int:
     """For cron and CI (errors.EXIT_CODES): 0 when every table is OK; else 3 when a source
-    does not capture, 1 when a table drifted, 5 when changes are only still in transit."""
+    does not capture or a registration does not load, 1 when a table drifted, 5 when changes are only still in transit."""
     found = {r["status"] for r in rows}
-    for status, code in ((CAPTURE_STOPPED, errors.FAILED), (DRIFT, errors.DIFFERENCE), (IN_FLIGHT, errors.IN_FLIGHT)):
+    for status, code in ((CAPTURE_STOPPED, errors.FAILED), (INVALID, errors.FAILED), (DRIFT, errors.DIFFERENCE), (IN_FLIGHT, errors.IN_FLIGHT)):
         if status in found:
             return code
     return errors.OK
@@ -213,10 +221,12 @@ def format_text(rows: list[dict]) -> str:
     head = f"{'table':28} {'status':9} {'source rows':>12} {'target rows':>12} {'diff':>7} {'lag':>6} {'dead':>5}  " \
            f"source commit time"
     lines = [head]
+    def shown(value) -> str:
+        return "-" if value is None else str(value)
+
     for r in rows:
-        lines.append(f"{r['table']:28} {r['status']:9} {r['source_rows']:>12} "
-                     f"{r['target_rows'] if r['target_rows'] is not None else '-':>12} {r['difference']:>7} "
-                     f"{r['lag'] if r['lag'] is not None else '-':>6} {r['dead_letters']:>5}  "
+        lines.append(f"{r['table']:28} {r['status']:9} {shown(r['source_rows']):>12} {shown(r['target_rows']):>12} "
+                     f"{shown(r['difference']):>7} {shown(r['lag']):>6} {shown(r['dead_letters']):>5}  "
                      f"{r['source_commit_time'] or '-'}")
         if r.get("reason"):
             lines.append(f"  {r['reason']}")

@@ -10,6 +10,7 @@ from collections import Counter
 
 from cdc import errors
 from cdc.config.clients import kafka_access
+from cdc.config.loader import InvalidRegistration
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.planning.bootstrap import PROPERTY, Bootstrap
@@ -59,9 +60,15 @@ def _bootstrap(properties: dict) -> dict | None:
     return {"id": boot.id, "method": boot.method, "state": boot.state}
 
 
-def status(settings: Settings, tables: list[TableRegistration]) -> tuple[list[dict], list[dict]]:
+INVALID = "invalid"  # the state of a table whose registration file does not load
+
+
+def status(settings: Settings, tables: list[TableRegistration],
+           invalid: list[InvalidRegistration] = ()) -> tuple[list[dict], list[dict]]:
     """Each table's row, and each of their sources' capture (register/capture.py). A table
-    whose source does not capture is in state `capture-stopped`, whatever its job does."""
+    whose source does not capture is in state `capture-stopped`, whatever its job does; one
+    whose registration does not load (`invalid`) is in state `invalid`, and the others are
+    read as usual."""
     catalog = load_catalog(settings)
     client = ConnectClient.of(settings)
     captures = {s: source_capture(settings, s, client) for s in sorted({t.source.name for t in tables})}
@@ -74,6 +81,8 @@ def status(settings: Settings, tables: list[TableRegistration]) -> tuple[list[di
                         CAPTURE_UNKNOWN if cap["state"] == "UNKNOWN" else CAPTURE_STOPPED)
         row["age_s"] = age_s(settings, row)
         rows.append(row)
+    rows += [{"table": bad.name, "state": INVALID, "registered": False, "file": str(bad.file),
+              "invalid": str(bad.error), "job": jobstate.read(settings.state_dir, bad.name)} for bad in invalid]
     return rows, list(captures.values())
 
 
@@ -95,11 +104,13 @@ def age_s(settings: Settings, row: dict, now_ms: int | None = None) -> float | N
 def problems(rows: list[dict], captures: list[dict], max_lag: int | None = None,
              max_age_s: float | None = None) -> tuple[int, list[str]]:
     """`cdc status --check`: its exit code (errors.EXIT_CODES) and each problem in a line:
-    3 when a source does not capture (or its slot, inactive, holds WAL over its threshold)
-    or a table's job failed or died; else 1 when a table's lag or age is over its bound;
+    3 when a source does not capture (or its slot, inactive, holds WAL over its threshold),
+    a table's job failed or died, or its registration does not load; else 1 when a table's lag or age is over its bound;
     else 0."""
     failed = [f"source {c['source']} is not capturing: {c['reason']}" for c in captures if not c["capturing"]]
     failed += [slot_warning(c) for c in captures if slot_warning(c)]
+    failed += [f"table {r['table']}: its registration does not load: {r['invalid'].splitlines()[0][:300]}"
+               for r in rows if r.get("invalid")]
     failed += [f"table {r['table']}: job {r['job']['state']}" + (f": {r['job']['error'].splitlines()[0][:200]}"
                                                                   if r["job"].get("error") else "")
                for r in rows if r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD)]
@@ -118,6 +129,10 @@ def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
     lines = [head]
     for r in rows:
         state = r.get("state", r["job"]["state"])
+        if r.get("invalid"):
+            lines.append(f"{r['table']:28} {state:15} {'-':>8} {'-':>7} {'-':>5}  registration does not load: "
+                         f"{r['invalid'].splitlines()[0][:200]}")
+            continue
         if not r.get("registered"):
             lines.append(f"{r['table']:28} {state:15} {'-':>8} {'-':>7} {'-':>5}  not registered (cdc register)")
             continue

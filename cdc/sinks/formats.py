@@ -196,7 +196,7 @@ class IcebergTarget:
 
     def row_count(self) -> int:
         self.refresh()
-        return int(next(iceberg_spark.ancestry_summaries(self.table)).get("total-records", 0))
+        return int(next(iceberg_spark.ancestry_summaries(self.table), {}).get("total-records") or 0)  # none: empty
 
     def commit_summary_and_properties(self, summary: dict[str, str], props: dict[str, str]) -> None:
         """One commit without data change carrying `summary`, with `props` set."""

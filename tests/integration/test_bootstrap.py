@@ -168,3 +168,28 @@ def test_table_registered_and_bootstrapped_while_another_streams(it_env, tmp_pat
     finally:
         interrupt(proc)
     assert proc.returncode == 0 and "retrying" not in log.read_text(), log.read_text()[-3000:]
+
+
+def test_bootstrap_as_typed_asks_only_before_emptying_rows(it_env, capsys, monkeypatch):
+    """`cdc bootstrap` without --yes: a just registered target (no snapshot yet) is filled
+    with no question; one that holds rows is emptied only after a yes on the terminal, and
+    without a terminal the command names --yes."""
+    from cdc.cli import prompt
+
+    s = it_env.schema
+    name = make_table(it_env, "typed", 500, snapshot="jdbc")
+    assert it_env.catalog.load_table(f"{s}.typed").current_snapshot() is None
+    assert it_env.cdc("bootstrap", "--table", name, "--method", "jdbc") == 0
+    assert_equal(it_env.dsn, s, "typed", it_env.catalog, f"{s}.typed", ("id",))
+    capsys.readouterr()
+    assert it_env.cdc("bootstrap", "--table", name) == 2  # rows to empty, and no terminal to ask on
+    assert "pass --yes" in capsys.readouterr().err
+    asked = []
+    monkeypatch.setattr(prompt, "interactive", lambda: True)
+    for answer, code in (("n", 2), ("y", 0)):
+        monkeypatch.setattr(prompt, "_input", lambda text, answer=answer: asked.append(text) or answer)
+        it_env.sql(f'UPDATE "{s}".typed SET v = \'{answer}\' WHERE id <= 10')
+        assert it_env.cdc("bootstrap", "--table", name) == code
+        assert "(500 rows)" in asked[-1] and asked[-1].endswith("Empty it? [y/N] ")
+    it_env.replicate("typed", it_env.marker())
+    assert_equal(it_env.dsn, s, "typed", it_env.catalog, f"{s}.typed", ("id",))

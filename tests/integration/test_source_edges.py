@@ -1,4 +1,4 @@
-"""What a real source brings: partitioned tables, views, one table registered twice."""
+"""What a real source brings: partitioned tables, views, rows up to the record limit."""
 from __future__ import annotations
 
 import json
@@ -78,6 +78,26 @@ def test_a_partitioned_mariadb_table_is_one_table(it_mariadb):
     assert env.assert_equal("parted", key=("id", "region")) == 3
 
 
+def test_a_row_just_under_the_record_limit_is_replicated(it_env):
+    """A text value longer than the JSON reader's default limit (20,000,000 characters),
+    in a row just under kafka.max_record_bytes, is replicated exactly."""
+    env, s = it_env, it_env.schema
+    limit = env.settings.kafka.max_record_bytes
+    env.sql(f'CREATE TABLE "{s}".wide (id int PRIMARY KEY, body text)')
+    env.sql(f'INSERT INTO "{s}".wide VALUES (1, \'small\')')
+    env.register_table("wide")
+    assert env.cdc("register", "--table", f"{s}.wide") == 0
+    env.replicate("wide")
+    size = limit - 64 * 1024  # room for the envelope's schema and source block
+    marker = env.transaction(f'INSERT INTO "{s}".wide SELECT 2, repeat(md5(\'x\'), {size // 32})')
+    env.replicate("wide", marker)
+    rows = {r["id"]: r["body"] for r in env.target_records("wide")}
+    assert len(rows[2]) == size // 32 * 32 > 20_000_000 and rows[1] == "small"
+    assert env.assert_equal("wide") == 2
+    assert not env.catalog.table_exists(f"{s}.wide__cdc_dead_letters") or \
+        env.catalog.load_table(f"{s}.wide__cdc_dead_letters").scan().to_arrow().num_rows == 0
+
+
 def test_one_source_table_registered_twice_fills_both_targets(it_env, capsys):
     """Two registrations of one source table (each its target) are captured once, from one
     topic, and applied to both; one keyed otherwise is refused before anything changes;
@@ -113,6 +133,42 @@ def test_one_source_table_registered_twice_fills_both_targets(it_env, capsys):
     assert f"{s}.twin" in client.config(connector)["table.include.list"].split(",")
     env.replicate("twin", env.transaction(f'UPDATE "{s}".twin SET v = \'after\' WHERE id = 31'))
     assert env.assert_equal("twin") == 30
+
+
+def test_one_bad_registration_file_is_its_tables_problem_alone(it_env, capsys, tmp_path):
+    """A registration file that does not load (here: not UTF-8) is reported as its table's
+    problem by status and reconcile, which go on for the other tables, as `run` does; a
+    command that names another table does not see it."""
+    env, s = it_env, it_env.schema
+    env.sql(f'CREATE TABLE "{s}".inv_a (id int PRIMARY KEY, v text)')
+    env.sql(f'INSERT INTO "{s}".inv_a VALUES (1, \'one\')')
+    env.register_table("inv_a")
+    assert env.cdc("register", "--table", f"{s}.inv_a") == 0
+    broken = env.settings.path(env.settings.tables_dir) / f"{s}.inv_broken.yaml"
+    broken.write_bytes(b"name: caf\xe9\n")  # Latin-1, not UTF-8
+    try:
+        both = f"{s}.inv_*"
+        capsys.readouterr()
+        assert env.cdc("run", "--available-now", "--table", both) == 0
+        assert f"{s}.inv_broken: its registration does not load" in capsys.readouterr().err
+        assert env.assert_equal("inv_a") == 1
+        assert env.cdc("status", "--check", "--table", f"{s}.inv_a") == 0
+        capsys.readouterr()
+        assert env.cdc("status", "--check", "--json", "--table", both) == 3
+        doc = json.loads(capsys.readouterr().out)
+        rows = {r["table"]: r for r in doc["tables"]}
+        assert rows[f"{s}.inv_a"]["lag"] == 0 and rows[f"{s}.inv_broken"]["state"] == "invalid"
+        assert f"{broken} is not UTF-8 text: byte 0xe9 at offset 9" in rows[f"{s}.inv_broken"]["invalid"]
+        capsys.readouterr()
+        assert env.cdc("reconcile", "--table", both) == 3
+        out = capsys.readouterr().out
+        assert f"{s}.inv_a" in out and " OK " in out and "INVALID" in out and "1 of 2 table(s) OK" in out
+        assert env.cdc("reconcile", "--table", f"{s}.inv_a") == 0
+        capsys.readouterr()
+        assert env.cdc("reconcile", "--table", f"{s}.inv_a", "--out", str(tmp_path / "missing" / "r.txt")) == 2
+        assert f"folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    finally:
+        broken.unlink()
 
 
 def test_a_connector_update_whose_task_fails_is_rolled_back(it_env, monkeypatch):

@@ -218,3 +218,22 @@ def test_a_record_starting_with_a_known_schema_part_decodes_as_when_read_whole(s
     assert [(r["_op"], r["id"], r["v"]) for r in whole[:5]] == [
         ("c", 1, "é"), ("u", 1, "x"), ("c", 2, "y"), ("d", 1, "x"), (TOMBSTONE, 2, None)]
     assert whole[5]["_error"] is not None
+
+
+def test_a_value_up_to_the_record_limit_is_read_and_a_longer_one_named(spark):
+    """A text value longer than the JSON reader's default (20,000,000 characters) decodes
+    when the record limit allows it; a record over the limit is bad for its size, not as
+    'not an envelope'."""
+    from cdc.decoding.spark_decode import JACKSON_MAX_STRING, decoder
+
+    cols = (Column("id", "int", nullable=False), Column("v", "string"))
+    t = Topic()
+    long_text = "ab" * ((JACKSON_MAX_STRING + 1_000) // 2)
+    t.change("c", {"id": 1, "v": long_text}, 1, 2)
+    records = t.take()
+    limit = len(records[0][1]) + 100
+    row = decoder(cols, ("id",), headers=False, max_value_bytes=limit)(spark.createDataFrame(records, KAFKA)).first()
+    assert row["_error"] is None and row["v"] == long_text
+    row = decoder(cols, ("id",), headers=False, max_value_bytes=JACKSON_MAX_STRING - 1)(spark.createDataFrame(records, KAFKA)).first()
+    assert row["_error_class"] == "record-too-large", row["_error"]
+    assert f"bytes are over kafka.max_record_bytes ({JACKSON_MAX_STRING - 1})" in row["_error"]

@@ -189,6 +189,27 @@ def test_a_column_the_connector_hashed_is_not_hashed_again(scratch, table_name):
     assert dead["error_class"] == "mask-key-mismatch" and key_fingerprint(other) in dead["error_message"]
 
 
+def test_a_bad_record_never_brings_a_masked_value_to_the_dead_letters(scratch, table_name):
+    """A bad record the job would hash itself (no header of the connector's: written before
+    it masked) keeps no raw value in its dead letter, which says why; one whose masked
+    columns the connector hashed keeps its raw value."""
+    key = b"a masking key of the test"
+    h = Harness(*scratch, table_name, mask=("v",), mask_key=key)
+    upstream = [("cdc.masked", f"{key_fingerprint(key)}:v".encode())]
+    h.topic.change("c", {"id": 1, "v": "alice@example.com", "n": "not a number"}, 100, 110)  # bad, in clear
+    h.topic.change("c", {"id": 2, "v": mask_value("bob@example.com", key), "n": "bad"}, 100, 120, headers=upstream)
+    h.topic.change("c", {"id": 3, "v": "carol@example.com", "n": 1}, 100, 130)
+    h.apply()
+    dead = {r["offset"]: r for r in h.dead_letters()}
+    assert len(dead) == 2 and set(h.rows()) == {3}
+    clear, hashed = (dead[o] for o in sorted(dead))
+    assert clear["value"] is None and "withheld" in clear["error_message"]
+    assert b"alice" not in bytes(clear["key"]) and "alice" not in clear["error_message"]
+    assert mask_value("bob@example.com", key).encode() in bytes(hashed["value"])
+    assert "withheld" not in hashed["error_message"]
+    assert h.values()[3] == mask_value("carol@example.com", key)
+
+
 def test_masked_columns_of_every_kind_are_hashed_once_as_their_target_text(scratch, table_name):
     """A masked column that is not text arrives either as the connector's hash (named in the
     header, its field now a string) or as its wire value (a change from before the

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from cdc.config import load_settings, load_tables
@@ -145,3 +147,52 @@ def test_errors_never_echo_a_password(project):
     with pytest.raises(ConfigError) as e:
         load_settings(project / "cdc.yaml")
     assert "s3cret" not in str(e.value)
+
+
+def test_a_file_that_is_not_utf8_is_named(project):
+    (project / "cdc.yaml").write_bytes(BASE.encode() + b"# caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"cdc.yaml is not UTF-8 text: byte 0xe9 at offset \d+"):
+        load_settings(project / "cdc.yaml")
+    (project / "cdc.yaml").write_text(BASE)
+    write_table(project, "shop.a", "name: shop.a\nsource: {schema: public, table: a}\n")
+    (project / "tables" / "shop.bad.yaml").write_bytes(b"name: caf\xe9\n")
+    s = load_settings(project / "cdc.yaml")
+    with pytest.raises(ConfigError, match=r"shop.bad.yaml is not UTF-8 text"):
+        load_tables(s)
+
+
+def test_one_bad_registration_is_left_out_when_asked_and_reported_when_selected(project):
+    write_table(project, "shop.a", "name: shop.a\nsource: {schema: public, table: a}\n")
+    write_table(project, "shop.bad", "name: shop.bad\nsource: {schema: public, table: b}\nno_such_key: 1\n")
+    s = load_settings(project / "cdc.yaml")
+    bad: list = []
+    assert [t.name for t in load_tables(s, "shop.a", invalid=bad)] == ["shop.a"] and bad == []
+    assert [t.name for t in load_tables(s, "shop.*", invalid=bad)] == ["shop.a"]
+    (found,) = bad
+    assert found.name == "shop.bad" and "unknown key 'no_such_key'" in str(found.error)
+    bad.clear()
+    assert load_tables(s, "shop.bad", invalid=bad) == [] and [b.name for b in bad] == ["shop.bad"]
+    with pytest.raises(ConfigError, match="no_such_key"):
+        load_tables(s, "shop.a")  # without `invalid`: every file must load
+
+
+@pytest.mark.parametrize("section, error", [
+    ("kafka: {bootstrap_servers: 'not a host'}", "is not host:port"),
+    ("kafka: {bootstrap_servers: 'kafka:9092,kafka 2:9092'}", "broker host 'kafka 2' is not a host name"),
+    ("kafka: {bootstrap_servers: 'kafka:99999'}", "is not host:port"),
+    ("connect: {url: 'ftp://x'}", "is not an http(s) URL"),
+    ("schema_registry: {url: 'registry:8081'}", "is not an http(s) URL"),
+    ("spark: {driver_memory: lots}", "is not a JVM memory size"),
+])
+def test_hosts_urls_and_sizes_are_checked_for_form_at_load(project, section, error):
+    (project / "cdc.yaml").write_text(BASE + section + "\n")
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_settings(project / "cdc.yaml")
+
+
+def test_well_formed_hosts_urls_and_sizes_load(project):
+    (project / "cdc.yaml").write_text(BASE + "kafka: {bootstrap_servers: 'k1.example.com:9092,[::1]:9093,10.0.0.1:9092'}\n"
+                                      "connect: {url: 'https://connect.example.com:8083/'}\n"
+                                      "spark: {driver_memory: 512m}\n")
+    s = load_settings(project / "cdc.yaml")
+    assert s.spark.driver_memory == "512m" and s.connect.url.startswith("https://")
