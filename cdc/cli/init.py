@@ -14,6 +14,7 @@ import yaml
 
 from cdc.cli import prompt
 from cdc.config.loader import ENV_REF, load_settings
+from cdc.config.models import check_identifier
 from cdc.errors import ConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -123,6 +124,11 @@ def complete(given: dict, interactive: bool) -> dict:
     if missing:
         raise ConfigError(f"cdc init needs {', '.join(missing)} (standard input is not a terminal to ask on)",
                           hint="give them as options; `cdc init --help` lists them all")
+    try:
+        check_identifier(str(a["source_name"]), "--source-name")
+    except ValueError as e:
+        raise ConfigError(str(e), hint="name the source with --source-name NAME (letters, digits, underscore); "
+                                       "by default it is the database's name") from None
     secret(a, "source_password", "source password", f"CDC_{str(a['source_name']).upper()}_PASSWORD", interactive)
     try:
         a["source_port"] = int(a["source_port"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from cdc.config.loader import unset_reference
 from cdc.config.models import HttpAccess, KafkaSecurity, Settings
 from cdc.errors import ConfigError
 
@@ -25,8 +26,13 @@ SECRET_PROPERTIES = ("sasl.jaas.config", "ssl.keystore.password")
 
 
 def read_secret(settings: Settings, value: SecretStr | None, file: Path | None, what: str) -> str | None:
-    """A secret given as `<what>: ${ENV}` or `<what>_file: PATH`; None when neither is set."""
+    """A secret given as `<what>: ${ENV}` or `<what>_file: PATH`; None when neither is set.
+    A reference to a variable the environment does not set is refused here, when the secret
+    is needed (config.loader.READ_WHEN_USED)."""
     if value is not None:
+        missing = unset_reference(what, value.get_secret_value())
+        if missing is not None:
+            raise missing
         return value.get_secret_value()
     if file is None:
         return None

@@ -23,19 +23,35 @@ DEFAULT_CONFIG = "cdc.yaml"
 SECRET_KEY = re.compile(SECRET_PROPERTY.pattern + r"|(^|\.)key$", re.IGNORECASE)
 
 
-def expand_env(value: Any, where: str) -> Any:
-    """Replace ${NAME} in every string with the environment variable NAME."""
+# Secrets read only by the commands that use them (config.clients.read_secret): an unset
+# reference there stays as it is until then, so `cdc stack down` needs no masking key.
+READ_WHEN_USED = re.compile(r"\.(password|keystore_password|key)$")
+
+
+def unset_reference(where: str, text: str) -> ConfigError | None:
+    """The error for the first ${NAME} of `text` that the environment does not set."""
+    for m in ENV_REF.finditer(text):
+        if m.group(1) not in os.environ:
+            return ConfigError(f"{where} refers to ${{{m.group(1)}}}, which is not set in the environment",
+                               hint=f"export {m.group(1)}=... before running cdc")
+    return None
+
+
+def expand_env(value: Any, where: str, lazy_secrets: bool = False) -> Any:
+    """Replace ${NAME} in every string with the environment variable NAME. With
+    `lazy_secrets`, a secret that READ_WHEN_USED names and whose variable is unset is kept
+    as written, for `read_secret` to refuse when a command reads it."""
     if isinstance(value, dict):
-        return {k: expand_env(v, f"{where}.{k}") for k, v in value.items()}
+        return {k: expand_env(v, f"{where}.{k}", lazy_secrets) for k, v in value.items()}
     if isinstance(value, list):
-        return [expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [expand_env(v, f"{where}[{i}]", lazy_secrets) for i, v in enumerate(value)]
     if isinstance(value, str):
-        def sub(m: re.Match) -> str:
-            if m.group(1) not in os.environ:
-                raise ConfigError(f"{where} refers to ${{{m.group(1)}}}, which is not set in the environment",
-                                  hint=f"export {m.group(1)}=... before running cdc")
-            return os.environ[m.group(1)]
-        return ENV_REF.sub(sub, value)
+        missing = unset_reference(where, value)
+        if missing is not None:
+            if lazy_secrets and READ_WHEN_USED.search(where):
+                return value
+            raise missing
+        return ENV_REF.sub(lambda m: os.environ[m.group(1)], value)
     return value
 
 
@@ -91,7 +107,7 @@ def describe(e: ValidationError, path: Path) -> str:
 
 def load_settings(path: str | Path | None = None) -> Settings:
     path = Path(path or os.environ.get("CDC_CONFIG") or DEFAULT_CONFIG).resolve()
-    data = expand_env(_read_yaml(path), path.name)
+    data = expand_env(_read_yaml(path), path.name, lazy_secrets=True)
     data.pop("root", None)
     try:
         return Settings(root=path.parent, **data)

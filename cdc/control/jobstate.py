@@ -21,13 +21,16 @@ def _file(state_dir: Path, table: str) -> Path:
 
 
 def record(state_dir: Path, table: str, state: str, error: str | None = None, now: dt.datetime | None = None,
-           query: str | None = None) -> None:
-    """The table's state (and its error; `query`: the shared query that reads it)."""
+           query: str | None = None, remedy: str | None = None) -> None:
+    """The table's state (and its error with what to do about it, `remedy`; `query`: the
+    shared query that reads it)."""
     f = _file(state_dir, table)
     f.parent.mkdir(parents=True, exist_ok=True)
     doc = {"state": state, "pid": os.getpid(), "updated_at": (now or dt.datetime.now(dt.timezone.utc)).isoformat()}
     if error:
         doc["error"] = error[:2000]
+    if remedy:
+        doc["remedy"] = remedy[:2000]
     if query:
         doc["query"] = query
     tmp = f.with_suffix(".tmp")

@@ -764,9 +764,10 @@ class Supervisor:
         query = self.queries.pop(name, None)
         if query is not None:
             stop_query(name, query)
-        jobstate.record(self.settings.state_dir, name, jobstate.FAILED, error.message)
+        jobstate.record(self.settings.state_dir, name, jobstate.FAILED, error.message, remedy=error.hint)
         others = len(self.tables) - len(self.failed)
-        log(f"failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else ""), table=name,
+        log(f"failed: {error.message}" + (f" (the {others} other table(s) go on)" if others else "")
+            + (f"; to do: {error.hint}" if error.hint else ""), table=name,
             event="table-failed", level="error", error=error.message, hint=error.hint, detail=error.detail)
 
     def retry(self, name: str, exc: BaseException) -> None:
@@ -915,7 +916,7 @@ def run(settings: Settings, tables: list[TableRegistration], available_now: bool
         except CdcError as e:
             if not supervisor.failed:  # not one table's failure (those are recorded as they happen)
                 for name in ([e.table] if e.table in supervisor.tables else supervisor.running()):
-                    jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message)
+                    jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message, remedy=e.hint)
             raise
         finally:
             supervisor.stop()

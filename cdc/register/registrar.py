@@ -117,9 +117,10 @@ def check_shared_keys(settings: Settings, described: list[tuple[TableRegistratio
     its topic, which Debezium keys one way: they must key it by the same columns. Refused
     before anything changes, naming both."""
     keys = {reg.name: tuple(src.key) for reg, src in described}
-    for reg, src in described:
+    registered = load_tables(settings)
+    for reg, _ in described:
         table = (reg.source.name, reg.source.schema_, reg.source.table)
-        for other in load_tables(settings):
+        for other in registered:
             if other.name == reg.name or (other.source.name, other.source.schema_, other.source.table) != table:
                 continue
             if other.name not in keys:
@@ -157,12 +158,9 @@ def _plan_source(settings: Settings, client: ConnectClient, source: str, tables:
     name = connector_name(source)
     previous = client.config(name)
     config = source_connector_config(settings, source, tables, shown=True)
-    if config.get("publish.via.partition.root") == "true":
-        kind = module_of(settings, source)
-        with kind.connect(settings, source) as conn:
-            would = kind.ensure_publication(conn, settings, source, dry_run=True)
-        if would:
-            print(would)
+    kind = module_of(settings, source)
+    with kind.connect(settings, source) as conn:
+        partition_roots(settings, kind, conn, source, config, dry_run=True)
     if previous is None:
         print(f"connector {name} would be created, capturing {len(tables)} table(s):")
     changes = [(k, (previous or {}).get(k), config.get(k)) for k in sorted(set(config) | set(previous or {}))
@@ -173,6 +171,15 @@ def _plan_source(settings: Settings, client: ConnectClient, source: str, tables:
         shown = [MASK if v is not None and ("password" in k or k.endswith(SECRET_PROPERTIES)) else v
                  for v in (old, new)]
         print(f"  {k}: {shown[1]}" if previous is None else f"  {k}: {shown[0]} -> {shown[1]}")
+
+
+def partition_roots(settings: Settings, kind, conn, source: str, config: dict, dry_run: bool = False) -> None:
+    """Where the connector captures partitioned tables through their root (its config's
+    `publish.via.partition.root`), its publication made before does so too; says so."""
+    if config.get("publish.via.partition.root") == "true":
+        said = kind.ensure_publication(conn, settings, source, dry_run=dry_run)
+        if said:
+            print(said)
 
 
 def secret_ref(settings: Settings, source: str) -> str | None:
@@ -303,10 +310,7 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
     with kind.connect(settings, source) as conn:
         kind.check_binlog(conn, source)
         kind.ensure_signal_table(conn, src.signal_table)
-        if config.get("publish.via.partition.root") == "true":
-            changed = kind.ensure_publication(conn, settings, source)
-            if changed:
-                print(changed)
+        partition_roots(settings, kind, conn, source, config)
         ensure_topics(kafka_access(settings), [topic_for(source, t) for t in tables], settings.kafka)
         down = client.not_running(name)
         client.put_config(name, config)

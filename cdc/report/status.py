@@ -145,6 +145,8 @@ def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
                          f"run `cdc bootstrap --table {r['table']}` to resume it")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
+        if r["job"].get("remedy") and r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD):
+            lines.append(f"  to do: {r['job']['remedy'].splitlines()[0][:300]}")
     return "\n".join(lines + shared_lines(rows) + capture_lines(list(captures)))
 
 

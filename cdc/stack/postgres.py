@@ -66,9 +66,14 @@ class Postgres:
         return (f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
                 f"?passfile={quote(str(passfile.resolve()), safe='/')}")
 
+    def connect(self, database: str = DATABASE, **kw) -> psycopg.Connection:
+        """A superuser connection, its password given: a PGPASSWORD set in the shell, which
+        libpq prefers to the password file, does not get in the way."""
+        return psycopg.connect(self.dsn(database), password=self.password(), **kw)
+
     def healthy(self) -> bool:
         try:
-            with psycopg.connect(self.dsn("postgres"), connect_timeout=2) as conn:
+            with self.connect("postgres", connect_timeout=2) as conn:
                 conn.execute("SELECT 1")
             return True
         except (psycopg.Error, FileNotFoundError):
@@ -103,6 +108,7 @@ class Postgres:
     def start(self) -> None:
         if self.process.pid() is not None:  # running already, or still starting
             self.process.wait_healthy(self.healthy, self.timeout_s)
+            self._ensure_database()
             return
         require_free_port(self.port, "PostgreSQL", "postgres_port")
         self.init()
@@ -114,7 +120,12 @@ class Postgres:
             "-c", "wal_level=logical", "-c", "max_replication_slots=20", "-c", "max_wal_senders=20",
             "-c", "max_connections=100", "-c", "shared_buffers=128MB"]))
         self.process.wait_healthy(self.healthy, self.timeout_s)
-        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+        self._ensure_database()
+
+    def _ensure_database(self) -> None:
+        """The stack's database, created when missing (also by a `stack up` that finds the
+        server running, after one that stopped before creating it)."""
+        with self.connect("postgres", autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
                 conn.execute(f'CREATE DATABASE "{DATABASE}"')
 

@@ -255,6 +255,10 @@ def test_init_refuses_what_would_not_load_and_leaves_no_file(tmp_path, capsys):
     for extra, error in ((["--catalog-uri", "ftp://catalog"], f"{out}: catalog.uri: uri 'ftp://catalog' is not an "
                                                               f"http(s) URL"),
                          (["--source-user", "no such user"], "user 'no such user' is not a plain identifier"),
+                         (["--source-name", "my-shop"], "--source-name 'my-shop' is not a plain identifier"),
+                         (["--kafka", "not a host"], "broker 'not a host' is not host:port"),
+                         (["--connect", "ftp://x"], "url 'ftp://x' is not an http(s) URL"),
+                         (["--source-host", "db internal"], "host 'db internal' is not a host name"),
                          (["--source-password-env", "hunter2 is my password"], "is not an environment variable's name"),
                          (["--catalog-type", "sqlite", "--catalog-warehouse", "s3://x"],
                           "object storage needs type rest"),

@@ -37,8 +37,27 @@ def test_minimal_registration_defaults(project):
 
 def test_unset_env_reference_names_the_variable(project, monkeypatch):
     monkeypatch.delenv("CDC_TEST_PW")
-    with pytest.raises(ConfigError, match=r"CDC_TEST_PW"):
+    (project / "cdc.yaml").write_text(BASE + "tables_dir: ${CDC_TEST_TABLES}\n".replace("tables_dir", "state_dir"))
+    with pytest.raises(ConfigError, match=r"state_dir refers to \$\{CDC_TEST_TABLES\}"):
         load_settings(project / "cdc.yaml")
+
+
+def test_a_secret_is_needed_only_by_the_commands_that_read_it(project, monkeypatch):
+    """An unset ${VAR} of a password or the masking key is refused when it is read, not when
+    cdc.yaml loads: `cdc stack down` or `status` need no masking key."""
+    from cdc.config.clients import read_secret
+    from cdc.sources import password
+
+    monkeypatch.delenv("CDC_TEST_PW")
+    monkeypatch.delenv("CDC_TEST_MASK", raising=False)
+    (project / "cdc.yaml").write_text(BASE + "masking: {key: '${CDC_TEST_MASK}'}\n")
+    s = load_settings(project / "cdc.yaml")
+    with pytest.raises(ConfigError, match=r"masking.key refers to \$\{CDC_TEST_MASK\}, which is not set"):
+        read_secret(s, s.masking.key, s.masking.key_file, "masking.key")
+    with pytest.raises(ConfigError, match=r"sources.pg.password refers to \$\{CDC_TEST_PW\}"):
+        password(s, s.sources["pg"], "pg")
+    monkeypatch.setenv("CDC_TEST_PW", "later")
+    assert load_settings(project / "cdc.yaml").sources["pg"].password.get_secret_value() == "later"
 
 
 @pytest.mark.parametrize("file, body, error", [

@@ -94,3 +94,21 @@ def test_status_names_the_shared_query_of_each_running_table(tmp_path):
     rows = [{**row(t), "job": jobstate.read(tmp_path, t)} for t in ("s.a", "s.b", "s.c", "s.d")]
     assert rows[0]["job"]["query"] == "shared-2s" and "query" not in rows[3]["job"]
     assert shared_lines(rows) == ["shared query shared-2s: reads 2 of these tables"]
+
+
+def test_status_gives_a_failed_tables_remedy_and_an_invalid_registrations_error(tmp_path):
+    from cdc.control import jobstate
+    from cdc.report import status
+
+    jobstate.record(tmp_path, "s.a", jobstate.FAILED, "column v of s.a changed from int to text",
+                    remedy="re-create the target, then `cdc register` and `cdc bootstrap` the table")
+    failed = {**row("s.a"), "job": jobstate.read(tmp_path, "s.a"), "dead_letters": 0, "source_commit_time": None,
+              "snapshot_id": None}
+    assert failed["job"]["remedy"].startswith("re-create the target")
+    invalid = {"table": "s.b", "state": status.INVALID, "registered": False, "invalid": "tables/s.b.yaml: unknown key "
+               "'x'", "job": {"state": "never-run"}}
+    text = status.format_text([failed, invalid])
+    assert "  to do: re-create the target, then `cdc register` and `cdc bootstrap` the table" in text
+    assert "s.b" in text and "invalid" in text and "registration does not load: tables/s.b.yaml: unknown key" in text
+    code, found = status.problems([failed, invalid], [])
+    assert code == 3 and "table s.b: its registration does not load: tables/s.b.yaml: unknown key 'x'" in found
