@@ -139,14 +139,16 @@ def _run(args) -> int:
     for b in bad:  # one bad file stops its table, not the others
         log(f"its registration does not load, so it is not run: {b.error}", table=b.name, level="error",
             event="registration-invalid")
-    if bad and not tables:
-        raise bad[0].error
-    if args.metrics_port:
-        from cdc.jobs.metrics import serve
+    if tables:
+        if args.metrics_port:
+            from cdc.jobs.metrics import serve
 
-        serve(args.metrics_port)
-        print(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
-    run(settings, tables, available_now=args.available_now)
+            serve(args.metrics_port)
+            print(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
+        run(settings, tables, available_now=args.available_now)
+    if bad:  # the others ran: exit as a failed table does
+        raise CdcError(f"table(s) {', '.join(b.name for b in bad)} not run: their registration does not load",
+                       hint="; ".join(str(b.error).splitlines()[0] for b in bad))
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from cdc.config.loader import unset_reference
+from cdc.config.loader import UNSET, unset_error
 from cdc.config.models import HttpAccess, KafkaSecurity, Settings
 from cdc.errors import ConfigError
 
@@ -30,9 +30,8 @@ def read_secret(settings: Settings, value: SecretStr | None, file: Path | None, 
     A reference to a variable the environment does not set is refused here, when the secret
     is needed (config.loader.READ_WHEN_USED)."""
     if value is not None:
-        missing = unset_reference(what, value.get_secret_value())
-        if missing is not None:
-            raise missing
+        if value.get_secret_value().startswith(UNSET):
+            raise unset_error(what, value.get_secret_value()[len(UNSET):])
         return value.get_secret_value()
     if file is None:
         return None

@@ -24,33 +24,32 @@ SECRET_KEY = re.compile(SECRET_PROPERTY.pattern + r"|(^|\.)key$", re.IGNORECASE)
 
 
 # Secrets read only by the commands that use them (config.clients.read_secret): an unset
-# reference there stays as it is until then, so `cdc stack down` needs no masking key.
-READ_WHEN_USED = re.compile(r"\.(password|keystore_password|key)$")
+# reference there becomes UNSET + the variable's name until then, so `cdc stack down`
+# needs no masking key.
+READ_WHEN_USED = re.compile(r"\.(sources\.[^.]+\.password|kafka\.security\.(password|keystore_password)|"
+                            r"(connect|schema_registry)\.password|masking\.key)$")
+UNSET = "\x00cdc-unset-variable:"
 
 
-def unset_reference(where: str, text: str) -> ConfigError | None:
-    """The error for the first ${NAME} of `text` that the environment does not set."""
-    for m in ENV_REF.finditer(text):
-        if m.group(1) not in os.environ:
-            return ConfigError(f"{where} refers to ${{{m.group(1)}}}, which is not set in the environment",
-                               hint=f"export {m.group(1)}=... before running cdc")
-    return None
+def unset_error(where: str, name: str) -> ConfigError:
+    return ConfigError(f"{where} refers to ${{{name}}}, which is not set in the environment",
+                       hint=f"export {name}=... before running cdc")
 
 
 def expand_env(value: Any, where: str, lazy_secrets: bool = False) -> Any:
     """Replace ${NAME} in every string with the environment variable NAME. With
     `lazy_secrets`, a secret that READ_WHEN_USED names and whose variable is unset is kept
-    as written, for `read_secret` to refuse when a command reads it."""
+    as UNSET + NAME, for `read_secret` to refuse when a command reads it."""
     if isinstance(value, dict):
         return {k: expand_env(v, f"{where}.{k}", lazy_secrets) for k, v in value.items()}
     if isinstance(value, list):
         return [expand_env(v, f"{where}[{i}]", lazy_secrets) for i, v in enumerate(value)]
     if isinstance(value, str):
-        missing = unset_reference(where, value)
+        missing = next((m.group(1) for m in ENV_REF.finditer(value) if m.group(1) not in os.environ), None)
         if missing is not None:
             if lazy_secrets and READ_WHEN_USED.search(where):
-                return value
-            raise missing
+                return UNSET + missing
+            raise unset_error(where, missing)
         return ENV_REF.sub(lambda m: os.environ[m.group(1)], value)
     return value
 

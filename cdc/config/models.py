@@ -3,6 +3,7 @@ descriptions of every key: `python -m cdc.config.reference` turns them into
 docs/reference/ and docs/schema/."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Literal
@@ -22,14 +23,19 @@ def check_identifier(value: str, what: str) -> str:
     return value
 
 
-HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")  # a name or an IP
+HOST_NAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
 HTTP_URL = re.compile(r"^https?://[^/\s?#]+(/\S*)?$")
 MEMORY = re.compile(r"^[0-9]+[kmgtKMGT]?$")  # a JVM memory size: 512m, 2g
 
 
 def check_host(value: str, what: str) -> str:
-    """A host name or IP address, as a client connects to it."""
-    if not HOST.match(value or ""):
+    """A host name or IP address (an IPv6 one bare or in brackets), as a client connects to it."""
+    try:
+        ipaddress.ip_address(value.removeprefix("[").removesuffix("]"))
+        return value
+    except ValueError:
+        pass
+    if not HOST_NAME.match(value or ""):
         raise ValueError(f"{what} {value!r} is not a host name or IP address")
     return value
 
@@ -240,10 +246,10 @@ class KafkaSettings(Frozen):
     @field_validator("bootstrap_servers")
     @classmethod
     def _brokers(cls, v: str | None) -> str | None:
-        for broker in [] if v is None else v.split(","):
-            host, sep, port = broker.strip().rpartition(":")
+        for broker in [] if v is None else [b.strip() for b in v.split(",") if b.strip()]:
+            host, sep, port = re.sub(r"^[A-Za-z_]+://", "", broker).rpartition(":")  # SASL_SSL://host:port too
             if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"broker {broker.strip()!r} is not host:port (bootstrap_servers is host:port, "
+                raise ValueError(f"broker {broker!r} is not host:port (bootstrap_servers is host:port, "
                                  f"comma-separated, e.g. kafka-1:9092,kafka-2:9092)")
             check_host(host, "broker host")
         return v
@@ -311,8 +317,8 @@ class SchemaRegistrySettings(HttpAccess):
 
     @field_validator("url", "converter_url")
     @classmethod
-    def _http(cls, v: str | None) -> str | None:
-        return check_http_url(v, "url", "http://registry:8081")
+    def _http(cls, v: str | None, info) -> str | None:
+        return check_http_url(v, info.field_name, "http://registry:8081")
 
 
 class SourceSettings(Frozen):

@@ -190,8 +190,9 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     (`schema_fingerprint`), kept as `_schema`. `masked`: the columns to be hashed
     (`protect.mask_columns`), given as the text of their target value, or as the hash where
     the connector made it. `heads`: schema parts the records are likely to start with
-    (`payload`). `max_value_bytes`: `kafka.max_record_bytes`, the longest value read (a
-    longer one that does not parse is a bad record, `record-too-large`)."""
+    (`payload`). `max_value_bytes`: `kafka.max_record_bytes`, what the longest string of a
+    value may be (a longer value that does not parse may hold a longer one: a bad record,
+    `record-too-large`)."""
     kept = [schema.alias("_schema")] if schema is not None else []
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
@@ -252,7 +253,7 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     unread = ~F.col("_null_value") & F.col("_v").isNull()
     checks = [
         (F.col("_refused").isNotNull(), "schema-refused", F.col("_refused")),
-        (unread & (F.octet_length("value") > max_value_bytes), "record-too-large",
+        (unread & (F.octet_length("value") > max(max_value_bytes, JACKSON_MAX_STRING)), "record-too-large",
          F.concat(F.lit("the value's "), F.octet_length("value").cast("string"),
                   F.lit(f" bytes are over kafka.max_record_bytes ({max_value_bytes}), the longest value the decoder "
                         f"reads: raise it in cdc.yaml, then `cdc replay` this record's offsets"))),

@@ -175,11 +175,16 @@ def _plan_source(settings: Settings, client: ConnectClient, source: str, tables:
 
 def partition_roots(settings: Settings, kind, conn, source: str, config: dict, dry_run: bool = False) -> None:
     """Where the connector captures partitioned tables through their root (its config's
-    `publish.via.partition.root`), its publication made before does so too; says so."""
-    if config.get("publish.via.partition.root") == "true":
-        said = kind.ensure_publication(conn, settings, source, dry_run=dry_run)
-        if said:
-            print(said)
+    `publish.via.partition.root`), its publication made before does so too; says so. A
+    server that cannot (before PostgreSQL 13) gets the setting off in `config`."""
+    if config.get("publish.via.partition.root") != "true":
+        return
+    if not kind.publishes_via_root(conn):
+        config["publish.via.partition.root"] = "false"
+        return
+    said = kind.ensure_publication(conn, settings, source, dry_run=dry_run)
+    if said:
+        print(said)
 
 
 def secret_ref(settings: Settings, source: str) -> str | None:

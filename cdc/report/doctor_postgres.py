@@ -40,9 +40,14 @@ def server_checks(conn: psycopg.Connection, settings: Settings, source: str) -> 
 
 def table_checks(conn: psycopg.Connection, settings: Settings, source: str, reg: TableRegistration) -> list[Check]:
     """The table exists, is not a partition, is logged, readable, keyed for updates and
-    deletes, publishable (through its root when partitioned), and its columns pass the column preflight (once it is logged, readable and keyed)."""
+    deletes, publishable (through its root when partitioned), and its columns pass the
+    column preflight (once it is logged, readable and keyed)."""
     schema, table = reg.source.schema_, reg.source.table
     where = postgres.qualified(reg)
+    # Whether the publication publishes partitions through their root (never before PostgreSQL 13).
+    via_root, via_root_params = (("(SELECT p.pubviaroot FROM pg_publication p WHERE p.pubname = %s)",
+                                  (publication_name(settings, source),)) if postgres.publishes_via_root(conn)
+                                 else ("false", ()))
     row = conn.execute(
         "SELECT c.relkind, c.relpersistence, c.relreplident, "
         "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), "
@@ -50,12 +55,9 @@ def table_checks(conn: psycopg.Connection, settings: Settings, source: str, reg:
         "pg_get_userbyid(c.relowner), pg_has_role(c.relowner, 'USAGE'), "
         "EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = %s AND (p.puballtables OR EXISTS ("
         "SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid))), current_user, "
-        "c.relispartition, (SELECT format('%%s.%%s', rn.nspname, r.relname) FROM pg_class r JOIN pg_namespace rn "
-        "ON rn.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)), "
-        "(SELECT count(*) FROM pg_partition_tree(c.oid) WHERE isleaf), "
-        "(SELECT p.pubviaroot FROM pg_publication p WHERE p.pubname = %s) "
-        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-        (publication_name(settings, source), publication_name(settings, source), schema, table)).fetchone()
+        "c.relispartition, " + postgres.partitions_sql(conn) + ", " + via_root +
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        (publication_name(settings, source), *via_root_params, schema, table)).fetchone()
     exists = d.relation_check(where, row[0] if row else None)
     if not exists.ok:
         return [exists]

@@ -63,7 +63,7 @@ def describe_table(conn: pymysql.Connection, reg: TableRegistration) -> SourceTa
                           f"(registration {reg.file})", hint="create the table or fix source.schema/source.table")
     (kind,) = _rows(conn, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
                           "AND TABLE_NAME = %s", (schema, table))[0]
-    if kind != "BASE TABLE":  # a VIEW, a SYSTEM VIEW or a SEQUENCE
+    if kind not in ("BASE TABLE", "SYSTEM VERSIONED"):  # a VIEW, a SYSTEM VIEW or a SEQUENCE
         raise ConfigError(f"{schema}.{table} is a {kind.lower()}, not a table: the binary log carries the row "
                           f"changes of tables only", hint="register the table(s) it reads from instead")
     columns = tuple(mariadb_column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], where) for r in rows)
@@ -112,6 +112,11 @@ def check_binlog(conn: pymysql.Connection, name: str) -> None:
 def ensure_publication(conn: pymysql.Connection, settings: Settings, source: str, dry_run: bool = False) -> str | None:
     """Nothing to do: the binary log has no publication (a partitioned table is one table)."""
     return None
+
+
+def publishes_via_root(conn: pymysql.Connection) -> bool:
+    """A partitioned table is one table to the binary log: nothing is published through a root."""
+    return False
 
 
 def _split(qualified_name: str) -> tuple[str, str]:

@@ -48,6 +48,21 @@ RELATION_KINDS = {"v": "a view", "m": "a materialized view", "f": "a foreign tab
                   "c": "a composite type", "i": "an index", "I": "a partitioned index", "t": "a TOAST table"}
 
 
+def partitions_sql(conn: psycopg.Connection) -> str:
+    """SQL over pg_class c: a partition's root ("schema.table") and a partitioned table's
+    partitions (null and 0 before PostgreSQL 12, which has no pg_partition_root)."""
+    if conn.info.server_version < 120000:
+        return "NULL::text, 0"
+    return ("(SELECT format('%%s.%%s', rn.nspname, r.relname) FROM pg_class r JOIN pg_namespace rn "
+            "ON rn.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)), "
+            "(SELECT count(*) FROM pg_partition_tree(c.oid) WHERE isleaf)")
+
+
+def publishes_via_root(conn: psycopg.Connection) -> bool:
+    """Whether the server publishes a partition's changes as its root's (13 and later)."""
+    return conn.info.server_version >= 130000
+
+
 def not_a_table(where: str, relkind: str) -> ConfigError:
     """A relation logical replication does not publish (a view, a foreign table ...)."""
     return ConfigError(f"{where} is {RELATION_KINDS.get(relkind, f'a relation of kind {relkind!r}')}, not a table: "
@@ -77,15 +92,18 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
         raise ConfigError(f"source table {schema}.{table} does not exist in source {reg.source.name!r} "
                           f"(registration {reg.file})", hint="create the table or fix source.schema/source.table")
     relation = conn.execute(
-        "SELECT c.relkind, c.relpersistence, c.relispartition, (SELECT format('%%s.%%s', n.nspname, r.relname) "
-        "FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)), "
-        "(SELECT count(*) FROM pg_partition_tree(c.oid) WHERE isleaf) "
-        "FROM pg_class c WHERE c.oid = to_regclass(format('%%I.%%I', %s::text, %s::text))", (schema, table)).fetchone()
+        "SELECT c.relkind, c.relpersistence, c.relispartition, " + partitions_sql(conn) +
+        " FROM pg_class c WHERE c.oid = to_regclass(format('%%I.%%I', %s::text, %s::text))", (schema, table)).fetchone()
     relkind, persistence, is_partition, root, leaves = relation or ("r", "p", False, None, 0)
     if relkind not in ("r", "p"):
         raise not_a_table(f"{schema}.{table}", relkind)
     if is_partition:
-        raise a_partition(f"{schema}.{table}", root)
+        raise a_partition(f"{schema}.{table}", root or "its partitioned table")
+    if relkind == "p" and not publishes_via_root(conn):
+        raise ConfigError(f"{schema}.{table} is partitioned, and PostgreSQL {conn.info.server_version // 10000} "
+                          f"publishes the changes of its partitions under their own names only",
+                          hint="capture of a partitioned table through its root needs PostgreSQL 13 or later "
+                               "(publish_via_partition_root)")
     if persistence != "p":  # PostgreSQL publishes no change of these
         unlogged = persistence == "u"
         raise ConfigError(f"{schema}.{table} is {'an unlogged' if unlogged else 'a temporary'} table: PostgreSQL's "
@@ -128,6 +146,8 @@ def ensure_publication(conn: psycopg.Connection, settings: Settings, source: str
     sets only on a publication it creates): the connector captures a partitioned table
     through its root. Returns what was (with `dry_run`: would be) changed, in words."""
     name = publication_name(settings, source)
+    if not publishes_via_root(conn):
+        return None
     row = conn.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
     if row is None or row[0]:
         return None
@@ -257,8 +277,11 @@ def counted_snapshot(settings: Settings, reg: TableRegistration):
 
 def estimate_rows(conn: psycopg.Connection, reg: TableRegistration) -> int:
     """The table's row count: the planner's estimate, or a count when it has none."""
-    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-                            (qualified(reg),)).fetchone()[0]
+    # A partitioned table's own estimate is -1 (its partitions are analyzed, not it): theirs, summed.
+    leaves = ("(SELECT sum(l.reltuples)::bigint FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid "
+              "WHERE t.isleaf AND l.reltuples >= 0)" if publishes_via_root(conn) else "NULL")
+    estimate = conn.execute(f"SELECT CASE WHEN c.relkind = 'p' THEN {leaves} ELSE c.reltuples::bigint END "
+                            f"FROM pg_class c WHERE c.oid = to_regclass(%s)", (qualified(reg),)).fetchone()[0]
     if estimate is None or estimate < 0:  # never vacuumed or analyzed
         estimate = conn.execute(f"SELECT count(*) FROM {qualified(reg)}").fetchone()[0]
     return int(estimate)

@@ -210,7 +210,8 @@ def test_hosts_urls_and_sizes_are_checked_for_form_at_load(project, section, err
 
 
 def test_well_formed_hosts_urls_and_sizes_load(project):
-    (project / "cdc.yaml").write_text(BASE + "kafka: {bootstrap_servers: 'k1.example.com:9092,[::1]:9093,10.0.0.1:9092'}\n"
+    (project / "cdc.yaml").write_text(BASE.replace("127.0.0.1", "'::1'") + "kafka: {bootstrap_servers: "
+                                      "'k1.example.com:9092,[::1]:9093,SASL_SSL://kafka_2:9094,10.0.0.1:9092,'}\n"
                                       "connect: {url: 'https://connect.example.com:8083/'}\n"
                                       "spark: {driver_memory: 512m}\n")
     s = load_settings(project / "cdc.yaml")
