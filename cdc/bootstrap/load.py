@@ -34,7 +34,7 @@ from cdc.planning.bootstrap import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNIN
 from cdc.planning.protect import mask_columns, target_mask_key
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.topics import topic_id, watermarks
-from cdc.sinks.formats import shown_name
+from cdc.sinks.formats import add_missing_columns, shown_name
 from cdc.sinks.session import get_session
 from cdc.sinks.targets import check_owner, check_protection, table_columns
 from cdc.sources import module_of, postgres
@@ -140,6 +140,10 @@ def _jdbc(spark, settings: Settings, reg: TableRegistration, table, boot: Bootst
                 boot.chunks = plan_chunks(_quantiles(exported.conn, reg, boot.key_column, n * partitions, estimate), n)
             _begin(spark, settings, reg, table, boot)
         boot.snapshots = _done_chunks(table, boot)
+        added = add_missing_columns(spark, table.ref, table, columns, reg.mask)  # a column the source gained meanwhile
+        if added:
+            log(f"columns {added} added to the target, which the source gained since its last change was applied",
+                table=reg.name, event="schema-evolved", added=added)
         todo = [i for i in range(len(boot.chunks)) if i not in boot.snapshots]
         progress = Progress(reg.name, len(boot.chunks), estimate, already=len(boot.snapshots))
         for i in todo:

@@ -33,7 +33,7 @@ from cdc.planning.merge import (KEY_BUCKETS, MOVED, append_sql, deletes_table_sq
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.sinks.formats import TABLE_CLAUSES, format_of, open_table
+from cdc.sinks.formats import TABLE_CLAUSES, add_missing_columns, format_of, open_table
 from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
@@ -326,23 +326,18 @@ class TableApplier:
         # Oldest first: the newest schema is judged, an older one may hold a narrower form.
         older = [c for fields in schemas[:-1] for c in columns_of(fields)]
         evolution = evolve(self.name, self.columns, columns_of(schemas[-1]) if schemas else [], self.key, older)
-        missing = [c for c in evolution.columns if not table.has_column(c.name)]
-        if not evolution.changed and not missing:
+        if not evolution.changed and all(table.has_column(c.name) for c in evolution.columns):
             return
-        last = [c.name for c in self.columns][-1]
-        for c in missing:  # added after the last source column, before the _cdc_ columns
-            kind = "STRING" if c.name in self.masked else c.spark_type
-            spark.sql(f"ALTER TABLE {self.target_ref} ADD COLUMN {q(c.name)} {kind} AFTER {q(last)}")
-            last = c.name
+        added = add_missing_columns(spark, self.target_ref, table, evolution.columns, self.masked)
         # The same type again is a no-op (a re-run batch); a masked column's hash is a
         # string whatever the source type.
         table.widen({c.name: c.spark_type for c in evolution.widened if c.name not in self.masked})
         table.refresh()
         table.set_properties({PROP_COLUMNS: json.dumps([c.to_json() for c in evolution.columns])})
         self.columns = evolution.columns
-        log(f"schema evolved: added {[c.name for c in missing]}, widened "
+        log(f"schema evolved: added {added}, widened "
             f"{[f'{c.name} to {c.spark_type}' for c in evolution.widened]}", table=self.name, event="schema-evolved",
-            added=[c.name for c in missing], widened={c.name: c.spark_type for c in evolution.widened})
+            added=added, widened={c.name: c.spark_type for c in evolution.widened})
 
     def _untakeable(self, names: list[str]) -> str | None:
         """Why the target cannot take a record schema's columns (None: it can)."""

@@ -39,7 +39,33 @@ def explain(settings: Settings, source: str, trace: str | None, task: int | None
                 f"kafka.max_record_bytes ({limit:,}): raise it in cdc.yaml (and the broker's message.max.bytes "
                 f"when the broker is not the local stack's), then run `cdc register` (it applies the new limit "
                 f"and restarts capture)")
+    named = tables_named(settings, source, trace)
+    if len(named) == 1:  # one table's change stops them all
+        return (f"{task_error(trace)[1][:300]}; a change of table {named[0]} stops the capture of every table of "
+                f"source {source}. When the cause can be fixed at the source, fix it and run `cdc capture restart`; "
+                f"when the change can never be captured (it is in the log for good: columns that differ only by "
+                f"case, a type Debezium refuses), take the table out of capture with `cdc tables remove "
+                f"{named[0]}` (the other tables capture again, from where they stopped), fix it at the source, "
+                f"then `cdc tables add`, `cdc register` and `cdc bootstrap` it again")
     return None
+
+
+def tables_named(settings: Settings, source: str, trace: str | None) -> list[str]:
+    """The registrations of the source whose table a task's trace names ("schema"."table",
+    or schema.table standing alone)."""
+    if not trace:
+        return []
+    try:
+        regs = [t for t in load_tables(settings) if t.source.name == source]
+    except CdcError:
+        return []
+    named = []
+    for reg in regs:
+        schema, table = reg.source.schema_, reg.source.table
+        quoted = f'"{schema}"."{table}"'
+        if quoted in trace or re.search(rf"(?<![\w.,=]){re.escape(schema)}\.{re.escape(table)}(?![\w,])", trace):
+            named.append(reg.name)
+    return named
 
 
 WORKER_LOG_TAIL = 4 * 1024 * 1024  # how much of the local Connect worker's log is searched

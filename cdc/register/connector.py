@@ -196,6 +196,35 @@ class ConnectClient:
                                  hint="see the Connect worker's log (`cdc stack status` names it)")
         return {p.get("class") for p in r.json()}
 
+    def partition_offsets(self, name: str) -> list[dict]:
+        """The connector's committed source offsets, each with its `partition` and `offset`."""
+        r = self._call("GET", f"/connectors/{name}/offsets")
+        if not r.ok:
+            raise ConnectorError(f"Kafka Connect answered HTTP {r.status_code} for the offsets of connector {name}")
+        return r.json().get("offsets", [])
+
+    def alter_offsets(self, name: str, offsets: list[dict]) -> None:
+        """Set the stopped connector's committed offsets (each a `partition` and `offset`)."""
+        r = self._call("PATCH", f"/connectors/{name}/offsets", json={"offsets": offsets})
+        if not r.ok:
+            raise ConnectorError(f"Kafka Connect refused to alter the offsets of connector {name}: "
+                                 f"HTTP {r.status_code} {r.text[:1000]}")
+
+    def stop(self, name: str, timeout_s: float = 60) -> bool:
+        """Stop the connector (its tasks end; its config and offsets stay) and wait until it
+        is STOPPED; False when there is no such connector."""
+        r = self._call("PUT", f"/connectors/{name}/stop")
+        if r.status_code == 404:
+            return False
+        if not r.ok:
+            raise ConnectorError(f"Kafka Connect refused to stop connector {name}: HTTP {r.status_code} {r.text}")
+        self._wait(name, "not stopped", lambda: (self.status(name) or {}).get("connector", {}).get("state")
+                   == "STOPPED", timeout_s, failed_raises=False)  # a failed task is what a stop ends
+        return True
+
+    def resume(self, name: str) -> None:
+        self._call("PUT", f"/connectors/{name}/resume")
+
     def offsets(self, name: str) -> list[dict]:
         """The connector's committed source offsets (the `offset` part of each partition)."""
         r = self._call("GET", f"/connectors/{name}/offsets")
@@ -217,7 +246,7 @@ class ConnectClient:
         if not down:
             return
         if any(d["state"] in ("PAUSED", "STOPPED") for d in down):
-            self._call("PUT", f"/connectors/{name}/resume")
+            self.resume(name)
         if any(d["state"] == "FAILED" for d in down):
             self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
         deadline = time.monotonic() + timeout_s
@@ -232,13 +261,8 @@ class ConnectClient:
     def retire(self, name: str, timeout_s: float = 60) -> None:
         """Stop the connector, forget its source offsets and delete it: a connector made
         later under the same name starts afresh (an initial snapshot, not old offsets)."""
-        r = self._call("PUT", f"/connectors/{name}/stop")
-        if r.status_code == 404:
+        if not self.stop(name, timeout_s):
             return
-        if not r.ok:
-            raise ConnectorError(f"Kafka Connect refused to stop connector {name}: HTTP {r.status_code} {r.text}")
-        self._wait(name, "not stopped", lambda: (self.status(name) or {}).get("connector", {}).get("state")
-                   == "STOPPED", timeout_s)
         r = self._call("DELETE", f"/connectors/{name}/offsets")
         if not r.ok:
             raise ConnectorError(f"Kafka Connect refused to reset the offsets of connector {name}: "
@@ -246,14 +270,14 @@ class ConnectClient:
         self.delete(name)
 
     def _wait(self, name: str, what: str, done: Callable[[], bool], timeout_s: float, interval_s: float = 0.3,
-              tick: Callable[[], None] | None = None) -> None:
+              tick: Callable[[], None] | None = None, failed_raises: bool = True) -> None:
         """Poll `done` until it holds (calling `tick` between polls); a failed task raises at
-        once with its trace."""
+        once with its trace (unless not `failed_raises`)."""
         deadline = time.monotonic() + timeout_s
         while not done():
             if tick is not None:
                 tick()
-            for t in (self.status(name) or {}).get("tasks", []):
+            for t in (self.status(name) or {}).get("tasks", []) if failed_raises else []:
                 if t.get("state") == "FAILED":
                     raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
             if time.monotonic() > deadline:

@@ -15,8 +15,11 @@ from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import jobstate
 from cdc.errors import ConnectorError
+from cdc.log import log
 from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
 from cdc.planning.merge import DELETES_SUFFIX
+from cdc.register import stuck
+from cdc.register.capture import tables_named
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import captured, check_plugins, source_connector_config
 from cdc.register.topics import delete_topics
@@ -25,6 +28,7 @@ from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import shown_name
 from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
 from cdc.sources import module_of
+from cdc.sources.postgres import publication_name, slot_name
 
 
 def remove(settings: Settings, reg: TableRegistration, drop_target: bool = False) -> list[str]:
@@ -69,15 +73,60 @@ def _out_of_capture(settings: Settings, reg: TableRegistration) -> list[str]:
     config = source_connector_config(settings, source, left)
     check_plugins(settings, client, config)
     client.put_config(name, config)
-    client.wait_task_config(name, "table.include.list", config["table.include.list"])
-    client.wait_running(name)
+    client.restart_failed(name)  # a task failed on this table's change runs again without it
+    done = [f"connector {name} no longer captures {table} ({len(left)} table(s) left)"]
     with kind.connect(settings, source) as conn:
         try:
-            client.wait_captured(name, kind.write_marker(conn, settings.sources[source].signal_table))
+            client.wait_task_config(name, "table.include.list", config["table.include.list"])
+            _captures(settings, client, kind, conn, source)
         except ConnectorError as e:
-            raise ConnectorError(f"connector {name} no longer captures {table}, and it has not captured a marker "
-                                 f"since: {e.message}", hint="see `cdc status` and the Connect worker's log") from None
-    return [f"connector {name} no longer captures {table} ({len(left)} table(s) left)"]
+            moved = _past_stuck_change(settings, client, conn, reg, left) if _stuck_on(settings, client, reg) else None
+            if moved is None:
+                raise ConnectorError(f"connector {name} no longer captures {table}, and it has not captured a marker "
+                                     f"since: {e.message}", hint="see `cdc status` and the Connect worker's log") from None
+            done += moved
+            _captures(settings, client, kind, conn, source)
+    return done
+
+
+def _captures(settings: Settings, client: ConnectClient, kind, conn, source: str) -> None:
+    """Until the source's connector runs and has captured a marker written now."""
+    name = connector_name(source)
+    client.wait_running(name)
+    client.wait_captured(name, kind.write_marker(conn, settings.sources[source].signal_table))
+
+
+def _stuck_on(settings: Settings, client: ConnectClient, reg: TableRegistration) -> bool:
+    """Whether a failed task of the source names the table (capture.explain's case)."""
+    return any(t.get("state") == "FAILED" and tables_named(settings, reg.source.name, t.get("trace")) == [reg.name]
+               for t in client.not_running(connector_name(reg.source.name)))
+
+
+def _past_stuck_change(settings: Settings, client: ConnectClient, conn, reg: TableRegistration,
+                       left: list[TableRegistration]) -> list[str] | None:
+    """A PostgreSQL connector stuck on the table's change moved past the transactions that
+    change it (register/stuck.py); what was done, in lines. None when it cannot be."""
+    if settings.sources[reg.source.name].kind != "postgresql":
+        return None
+    name, table = connector_name(reg.source.name), f"{reg.source.schema_}.{reg.source.table}"
+    entry = stuck.check_skippable(client.partition_offsets(name))
+    txs = stuck.peek(conn, slot_name(settings, reg.source.name), publication_name(settings, reg.source.name))
+    skip = stuck.plan_skip(txs, stuck.committed_lsn(entry["offset"]), table)
+    if skip is None:
+        return None
+    client.stop(name)
+    client.alter_offsets(name, [{"partition": entry["partition"], "offset": stuck.moved_offset(entry["offset"], skip)}])
+    client.resume(name)
+    done = [f"connector {name} moved past {skip.skipped} transaction(s) that {table}'s change stopped, to WAL "
+            f"position {stuck.lsn_text(skip.to_lsn)}"]
+    by_table = {f"{t.source.schema_}.{t.source.table}": t.name for t in left}
+    others = sorted(by_table[t] for t in skip.others if t in by_table)
+    if others:
+        done.append(f"those transaction(s) also changed {', '.join(others)}, whose changes there were not captured: "
+                    + "; ".join(f"run `cdc bootstrap --table {n}`" for n in others) + " to make them exact")
+        log(f"changes of {', '.join(others)} were left behind with {table}'s", table=reg.name, level="warning",
+            event="stuck-change-skipped", tables=others)
+    return done
 
 
 def _mark_removed(settings: Settings, reg: TableRegistration) -> list[str]:

@@ -59,6 +59,22 @@ def open_table(spark, ref: str):
     return DeltaTarget(spark, ref) if format_of(ref) == "delta" else IcebergTarget(spark, ref)
 
 
+def add_missing_columns(spark, ref: str, table, columns, masked: tuple[str, ...] = ()) -> list[str]:
+    """The source columns (`columns`, in order) the target lacks, added after its last
+    source column, before the `_cdc_` ones (a masked one as the string of its hash);
+    returns their names."""
+    missing = [c for c in columns if not table.has_column(c.name)]
+    present = [c.name for c in columns if table.has_column(c.name)]
+    last = present[-1] if present else None
+    for c in missing:
+        kind = "STRING" if c.name in masked else c.spark_type
+        spark.sql(f"ALTER TABLE {ref} ADD COLUMN {q(c.name)} {kind}" + (f" AFTER {q(last)}" if last else " FIRST"))
+        last = c.name
+    if missing:
+        table.refresh()
+    return [c.name for c in missing]
+
+
 class IcebergTarget:
     def __init__(self, spark, ref: str):
         self.spark, self.ref = spark, ref
