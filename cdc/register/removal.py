@@ -83,7 +83,8 @@ def _out_of_capture(settings: Settings, reg: TableRegistration) -> list[str]:
             moved = _past_stuck_change(settings, client, conn, reg, left) if _stuck_on(settings, client, reg) else None
             if moved is None:
                 raise ConnectorError(f"connector {name} no longer captures {table}, and it has not captured a marker "
-                                     f"since: {e.message}", hint="see `cdc status` and the Connect worker's log") from None
+                                     f"since: {e.message}",
+                                     hint="see `cdc status` and the Connect worker's log") from None
             done += moved
             _captures(settings, client, kind, conn, source)
     return done

@@ -205,9 +205,11 @@ def _deep_compare(settings: Settings, limit: int):
 
 def exit_code(rows: list[dict]) -> int:
     """For cron and CI (errors.EXIT_CODES): 0 when every table is OK; else 3 when a source
-    does not capture or a registration does not load, 1 when a table drifted, 5 when changes are only still in transit."""
+    does not capture or a registration does not load, 1 when a table drifted, 5 when
+    changes are only still in transit."""
     found = {r["status"] for r in rows}
-    for status, code in ((CAPTURE_STOPPED, errors.FAILED), (INVALID, errors.FAILED), (DRIFT, errors.DIFFERENCE), (IN_FLIGHT, errors.IN_FLIGHT)):
+    for status, code in ((CAPTURE_STOPPED, errors.FAILED), (INVALID, errors.FAILED), (DRIFT, errors.DIFFERENCE),
+                         (IN_FLIGHT, errors.IN_FLIGHT)):
         if status in found:
             return code
     return errors.OK
