@@ -228,34 +228,34 @@ def test_a_change_capture_can_never_produce_is_left_behind_with_its_table(it_env
     from cdc.register.connector import ConnectClient, connector_name
 
     env, s = it_env, it_env.schema
-    for t in ("poisoned", "bystander"):
+    for t in ("case_clash", "clash_bystander"):
         env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v text)')
         env.sql(f'INSERT INTO "{s}".{t} VALUES (1, \'one\')')
         assert env.cdc("tables", "add", f"{s}.{t}") == 0
         assert env.cdc("register", "--table", f"{s}.{t}") == 0
         env.replicate(t)
     client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
-    env.sql(f'ALTER TABLE "{s}".poisoned ADD COLUMN "V" text')
-    env.sql(f'INSERT INTO "{s}".poisoned VALUES (2, \'two\', \'TWO\')')
-    env.sql(f'INSERT INTO "{s}".bystander VALUES (2, \'waits\')')
+    env.sql(f'ALTER TABLE "{s}".case_clash ADD COLUMN "V" text')
+    env.sql(f'INSERT INTO "{s}".case_clash VALUES (2, \'two\', \'TWO\')')
+    env.sql(f'INSERT INTO "{s}".clash_bystander VALUES (2, \'waits\')')
     deadline = time.monotonic() + 120
     while not client.not_running(connector):
         assert time.monotonic() < deadline, "the connector kept running"
         time.sleep(0.5)
     capsys.readouterr()
-    assert env.cdc("status", "--check", "--table", f"{s}.bystander") == 3
+    assert env.cdc("status", "--check", "--table", f"{s}.clash_bystander") == 3
     out = capsys.readouterr().out
-    assert f"cdc tables remove {s}.poisoned" in out, out
+    assert f"cdc tables remove {s}.case_clash" in out, out
 
-    assert env.cdc("tables", "remove", f"{s}.poisoned") == 0
+    assert env.cdc("tables", "remove", f"{s}.case_clash") == 0
     assert not client.not_running(connector)
-    env.replicate("bystander", env.transaction(f'UPDATE "{s}".bystander SET v = \'flows\' WHERE id = 1'))
-    assert env.assert_equal("bystander") == 2
+    env.replicate("clash_bystander", env.transaction(f'UPDATE "{s}".clash_bystander SET v = \'flows\' WHERE id = 1'))
+    assert env.assert_equal("clash_bystander") == 2
 
-    env.sql(f'ALTER TABLE "{s}".poisoned RENAME COLUMN "V" TO v_upper')
-    assert env.cdc("tables", "add", f"{s}.poisoned") == 0
-    assert env.cdc("register", "--table", f"{s}.poisoned") == 0
+    env.sql(f'ALTER TABLE "{s}".case_clash RENAME COLUMN "V" TO v_upper')
+    assert env.cdc("tables", "add", f"{s}.case_clash") == 0
+    assert env.cdc("register", "--table", f"{s}.case_clash") == 0
     capsys.readouterr()
-    assert env.cdc("bootstrap", "--table", f"{s}.poisoned", "--yes") == 0
-    env.replicate("poisoned", env.transaction(f'UPDATE "{s}".poisoned SET v_upper = \'later\' WHERE id = 1'))
-    assert env.assert_equal("poisoned") == 2
+    assert env.cdc("bootstrap", "--table", f"{s}.case_clash", "--yes") == 0
+    env.replicate("case_clash", env.transaction(f'UPDATE "{s}".case_clash SET v_upper = \'later\' WHERE id = 1'))
+    assert env.assert_equal("case_clash") == 2
