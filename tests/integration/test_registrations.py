@@ -140,13 +140,26 @@ def test_a_refused_registration_changes_nothing(it_env, capsys):
     assert {r["id"]: r["note"] for r in env.target_records("reserved")} == {1: "one", 2: "changed"}
 
 
+def rolled_back_register(env, client, monkeypatch, name: str) -> str:
+    """The connector step of `register` for table `name`, which must fail and roll back:
+    its error, as text."""
+    from cdc.config.loader import load_tables
+    from cdc.errors import ConnectorError
+    from cdc.register import registrar
+
+    monkeypatch.setattr(registrar, "CAPTURE_CHECK_S", 30.0)
+    selected = registrar.captured(env.settings, client, env.source, load_tables(env.settings, name))
+    try:
+        registrar._register_source(env.settings, client, env.source, selected, wait_snapshot=True)
+    except ConnectorError as e:
+        return str(e)
+    raise AssertionError(f"the connector kept a configuration with {name} that stops capture")
+
+
 def test_a_connector_update_that_stops_capture_is_rolled_back(it_env, monkeypatch, capsys):
     """The safety net under the preflight: a connector configuration Kafka Connect takes and
     Debezium then cannot run (an unlogged table, which the preflight refuses, handed to the
     connector step directly) leaves the connector as it was, and its tables flow on."""
-    from cdc.config.loader import load_tables
-    from cdc.errors import ConnectorError
-    from cdc.register import registrar
     from cdc.register.connector import ConnectClient, connector_name
 
     env, s = it_env, it_env.schema
@@ -167,14 +180,7 @@ def test_a_connector_update_that_stops_capture_is_rolled_back(it_env, monkeypatc
             assert f"{s}.scratch is an unlogged table" in capsys.readouterr().err
         assert client.config(connector) == before
 
-        monkeypatch.setattr(registrar, "CAPTURE_CHECK_S", 30.0)
-        selected = registrar.captured(env.settings, client, env.source, load_tables(env.settings, f"{s}.scratch"))
-        try:
-            registrar._register_source(env.settings, client, env.source, selected, wait_snapshot=True)
-        except ConnectorError as e:
-            refused = str(e)
-        else:
-            raise AssertionError("the connector took an unlogged table")
+        refused = rolled_back_register(env, client, monkeypatch, f"{s}.scratch")
         assert "its previous configuration is back" in refused, refused
         assert 'cannot add relation "scratch" to publication' in refused, refused
         assert client.config(connector) == before

@@ -179,10 +179,9 @@ def test_a_connector_update_whose_task_fails_is_rolled_back(it_env, monkeypatch)
     """A configuration Connect takes and whose task then fails at once (here, a key given
     twice for a table, as `register` once wrote for a table registered twice) is replaced by
     the previous one, whose failed task is restarted: the tables it captured flow again."""
-    from cdc.config.loader import load_tables
-    from cdc.errors import ConnectorError
     from cdc.register import registrar
     from cdc.register.connector import ConnectClient, connector_name
+    from tests.integration.test_registrations import rolled_back_register
 
     env, s = it_env, it_env.schema
     env.sql(f'CREATE TABLE "{s}".failing (id int PRIMARY KEY, v text)')
@@ -197,14 +196,7 @@ def test_a_connector_update_whose_task_fails_is_rolled_back(it_env, monkeypatch)
         config = real(*args, **kwargs)
         return {**config, "message.key.columns": f"{s}.failing:id;{s}.failing:id"}
     monkeypatch.setattr(registrar, "source_connector_config", doubled)
-    monkeypatch.setattr(registrar, "CAPTURE_CHECK_S", 30.0)
-    selected = registrar.captured(env.settings, client, env.source, load_tables(env.settings, f"{s}.failing"))
-    try:
-        registrar._register_source(env.settings, client, env.source, selected, wait_snapshot=True)
-    except ConnectorError as e:
-        refused = str(e)
-    else:
-        raise AssertionError("a configuration whose task fails was kept")
+    refused = rolled_back_register(env, client, monkeypatch, f"{s}.failing")
     assert "its previous configuration is back" in refused, refused
     assert client.config(connector) == before and not client.not_running(connector)
     env.replicate("failing", env.transaction(f'UPDATE "{s}".failing SET v = \'flowing\''))
