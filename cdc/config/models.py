@@ -797,7 +797,8 @@ class TableOptions(Frozen):
         "earliest",
         description="Where the table's first run reads its topic from, before the target holds committed offsets: "
                     "earliest (the snapshot and every change Kafka keeps) or latest (only what arrives from then "
-                    "on). Later runs resume from the target's offsets.")
+                    "on). Later runs resume from the target's offsets. A target `register` creates for a topic that "
+                    "already holds records starts after them (its snapshot brings the rows).")
     delete_horizon_hours: int = Field(
         168, ge=0,
         description="Hours a deleted key is remembered (by source commit time), so that a late or replayed older "

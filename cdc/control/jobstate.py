@@ -1,6 +1,9 @@
 """Each table's job state in a small JSON file under the state directory, so `cdc status`
-can tell running, stopped, failed and killed jobs apart; and each table's lock, so one
-process at a time runs, replays or bootstraps a table."""
+can tell running, stopped, failed and killed jobs apart; each table's lock, so one
+process at a time runs, replays or bootstraps a table; and the hand-over of one table by a
+running job: a command that needs a table a continuous job holds asks for it (a request
+file), the job stops that table alone and lets its lock go, and takes it back once the
+command has ended."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,12 +11,17 @@ import fcntl
 import json
 import os
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from cdc.errors import Busy
+from cdc.log import log
 
 RUNNING, STOPPED, FAILED, CAUGHT_UP, DEAD = "running", "stopped", "failed", "caught-up", "dead"
+HANDED_OVER = "handed-over"  # a continuous job lent the table to a command (bootstrap, replay, ...)
+HANDS_OVER = "hands-over"  # in a lock file, after the pid: its holder lends the table on request
+HANDOVER_WAIT_S = 120.0  # how long a command waits for a running job to hand a table over
 
 
 def _file(state_dir: Path, table: str) -> Path:
@@ -69,21 +77,115 @@ _held_guard = threading.Lock()
 
 
 @contextmanager
-def exclusive(state_dir: Path, tables: list[str]):
-    """Hold the tables' locks for the block (re-entrant within a process); a table another
-    process holds is refused with that process's pid. A lock dies with its process."""
+def exclusive(state_dir: Path, tables: list[str], wait_s: float = HANDOVER_WAIT_S):
+    """Hold the tables' locks for the block (re-entrant within a process). A table a
+    continuous job holds is asked of it and waited for up to `wait_s` (the job takes it back
+    after the block); one another process holds is refused with that process's pid. A lock
+    dies with its process."""
     taken = []
     try:
         for table in tables:
-            _acquire(state_dir, table)
+            _take(state_dir, table, wait_s)
             taken.append(table)
         yield
     finally:
         for table in reversed(taken):
             _release(table)
+            _request_file(state_dir, table).unlink(missing_ok=True)
 
 
-def _acquire(state_dir: Path, table: str) -> None:
+def _take(state_dir: Path, table: str, wait_s: float) -> None:
+    """The table's lock, asked of the continuous job that holds it if one does."""
+    try:
+        _acquire(state_dir, table)
+        return
+    except Busy as busy:
+        pid, lends = _holder(state_dir, table)
+        if not lends:
+            raise
+        refused = busy
+    request = _request_file(state_dir, table)
+    request.parent.mkdir(parents=True, exist_ok=True)
+    request.write_text(json.dumps({"pid": os.getpid()}))
+    log(f"asking the continuous job (pid {pid}) to hand the table over; it takes it back when this command ends",
+        table=table, event="handover-asked", pid=pid)
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            _acquire(state_dir, table)
+            return
+        except Busy:
+            if time.monotonic() >= end:
+                request.unlink(missing_ok=True)
+                raise Busy(f"table {table} is run by a continuous job (pid {pid}) that did not hand it over "
+                           f"within {wait_s:.0f} s", hint="check that job's log; or stop it, then run this again",
+                           table=table) from refused
+            time.sleep(0.2)
+
+
+def _holder(state_dir: Path, table: str) -> tuple[str, bool]:
+    """The pid holding the table's lock, and whether it lends the table on request."""
+    try:
+        words = (state_dir / "locks" / f"{table}.lock").read_text().split()
+    except OSError:
+        words = []
+    return (words[0] if words else "unknown"), HANDS_OVER in words[1:]
+
+
+def _request_file(state_dir: Path, table: str) -> Path:
+    return state_dir / "handover" / f"{table}.json"
+
+
+def handover_requests(state_dir: Path) -> dict[str, int]:
+    """The tables a live process has asked a continuous job to hand over, with its pid."""
+    asked = {}
+    for f in sorted((state_dir / "handover").glob("*.json")):
+        try:
+            pid = int(json.loads(f.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _alive(pid):
+            asked[f.name.removesuffix(".json")] = pid
+    return asked
+
+
+class Lent:
+    """The locks of a continuous job's tables, each lent on request (handover_requests)
+    and taken back when the command is done."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+        self.held: set[str] = set()
+
+    def take(self, table: str) -> None:
+        """The table's lock (Busy while another process holds it)."""
+        if table not in self.held:
+            _acquire(self.state_dir, table, HANDS_OVER)
+            self.held.add(table)
+
+    def lend(self, table: str) -> None:
+        if table in self.held:
+            self.held.discard(table)
+            _release(table)
+
+    def release_all(self) -> None:
+        for table in sorted(self.held):
+            self.lend(table)
+
+
+@contextmanager
+def lending(state_dir: Path, tables: list[str]):
+    """The tables' locks, held for a continuous job (Lent): all or none."""
+    lent = Lent(state_dir)
+    try:
+        for table in tables:
+            lent.take(table)
+        yield lent
+    finally:
+        lent.release_all()
+
+
+def _acquire(state_dir: Path, table: str, note: str = "") -> None:
     with _held_guard:
         if table in _held:
             _held[table][1] += 1
@@ -94,12 +196,13 @@ def _acquire(state_dir: Path, table: str) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            holder = os.read(fd, 64).decode(errors="replace").split()
             os.close(fd)
-            raise Busy(f"table {table} is being run, replayed or bootstrapped by another process (pid {holder})",
-                             hint="stop that process first: one process at a time writes a table", table=table) from None
+            raise Busy(f"table {table} is being run, replayed or bootstrapped by another process "
+                       f"(pid {holder[0] if holder else 'unknown'})",
+                       hint="stop that process first: one process at a time writes a table", table=table) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {note}".strip().encode(), 0)
         _held[table] = [fd, 1]
 
 

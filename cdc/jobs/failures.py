@@ -44,8 +44,9 @@ def _diagnose(settings: Settings, reg: TableRegistration | None, name: str, text
     own = CDC_ERROR.search(text)
     if own:  # a CdcError raised inside a batch, wrapped by Spark: an outage stays one
         kind = DependencyError if own.group(1) == DependencyError.__name__ else ApplyError
-        said = own.group(2).strip().removeprefix(f"table {name}: ")  # the applier's own errors name the table
-        return kind(f"table {name}: {said[:3000]}", table=name)
+        said, _, hint = own.group(2).strip().partition("\n  -> ")  # CdcError's text: its message, then its hint
+        said = said.removeprefix(f"table {name}: ")  # the applier's own errors name the table
+        return kind(f"table {name}: {said[:3000]}", hint=hint.strip()[:2000] or None, table=name)
     if "KAFKA_DATA_LOSS" in text or "data loss" in text.lower():
         return ApplyError(f"table {name}: Kafka no longer holds offsets the job has not applied "
                           f"({_cause(text)[:500]})",

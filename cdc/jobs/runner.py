@@ -18,13 +18,14 @@ from functools import partial
 from pathlib import Path
 
 from cdc.config.clients import java_kafka_properties, kafka_access
+from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
 from cdc.control.gaps import check_offsets_available
 from cdc.control.replay import check_start, window as replay_window
 from cdc.decoding.avro import SchemaRegistry
-from cdc.errors import ApplyError, CdcError
+from cdc.errors import ApplyError, Busy, CdcError
 from cdc.jobs import metrics, shared
 from cdc.jobs import shutdown
 from cdc.jobs.backlog import PROGRESS_EVERY_S, CatchUp, auto_batch_cap, batch_sizing, claim, heap_bytes
@@ -508,11 +509,14 @@ class Supervisor:
     a shared query that fails for none of its tables is retried alike, and when retrying
     cannot mend it, its tables each go on in a query of their own, to join it again alike
     after FAILED_RETRY_S. Every query starts in the job's session, whose query manager tells
-    the supervisor when one ends."""
+    the supervisor when one ends. A continuous job (`lent`: its tables' locks) hands a table
+    over to a command that asks for it (`cdc bootstrap`, `replay`, `tables remove`) and
+    takes it back once that command is done (`hand_over`, `take_back`)."""
 
     def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
-                 clock=time.monotonic, sleep=None):
-        self.spark, self.settings, self.available_now = spark, settings, available_now
+                 clock=time.monotonic, sleep=None, lent: jobstate.Lent | None = None):
+        self.spark, self.settings, self.available_now, self.lent = spark, settings, available_now, lent
+        self.away: dict[str, int] = {}  # tables handed over to a command, with its pid
         self.tables = {t.name: t for t in tables}
         self.clock, self.sleep = clock, sleep or self.pause
         self.stopping = False  # a stop signal came (run_until_stopped): no new starts, no more waiting
@@ -852,10 +856,12 @@ class Supervisor:
                 self.start_all()  # a stop signal ends the starts not yet made (`start`)
                 threading.Thread(target=watch_lag, daemon=True, name="cdc-lag",
                                  args=(self.settings, list(self.tables.values()), lag_stop, self.applied)).start()
-                while not self.stopping and len(self.failed) < len(self.tables):
+                while not self.stopping and (len(self.failed) < len(self.tables) or self.away):
                     self.poll()
                 if self.stopping:
                     log("stop requested: stopping the queries", event="stopping", stream=sys.stdout)
+                elif not self.tables:
+                    log("no registered table is left: stopping", event="stopping", stream=sys.stdout)
                 else:
                     log("every table has failed: stopping", event="stopping", level="error")
                 stopped = self.running()
@@ -897,7 +903,78 @@ class Supervisor:
             self.recovered(name)
             log("trying the failed table again", table=name, event="table-retried")
             self.start_or_fail(name)
+        self.hand_over()
+        self.take_back()
         self.rejoin()
+
+    def hand_over(self) -> None:
+        """Each of its tables a command asked for (jobstate.handover_requests): its query
+        stopped between batches (a shared query starts again without it) and its lock lent
+        until the command is done (`take_back`)."""
+        if self.lent is None:
+            return
+        for table, pid in jobstate.handover_requests(self.settings.state_dir).items():
+            if table not in self.tables or table in self.away:
+                continue
+            self.away[table] = pid
+            self.set_aside(table)
+            self.lent.lend(table)
+            jobstate.record(self.settings.state_dir, table, jobstate.HANDED_OVER)
+            log(f"handed over to process {pid} until it is done; the other tables go on", table=table,
+                event="handed-over", pid=pid)
+
+    def set_aside(self, table: str) -> None:
+        """The table no longer run nor retried: its own query stopped, or its shared query
+        started again without it."""
+        self.failed.pop(table, None)
+        self.retry_at.pop(table, None)
+        self.recovered(table)
+        if table in self.queries:
+            stop_query(table, self.queries.pop(table))
+            return
+        name = next((n for n, members in self.groups.items() if table in members), None)
+        if name is None:
+            return
+        self.leave(name, table)
+        if name in self.queries:
+            stop_query(name, self.queries[name])
+        if not self.shared_ended(name):
+            self.start_or_fail(name)
+
+    def take_back(self) -> None:
+        """The tables lent to a command that is done (its request withdrawn, or it died):
+        locked again and started from what their targets hold now, with their registrations
+        read again; a table whose registration is gone (`cdc tables remove`) is run no more."""
+        if not self.away:
+            return
+        asked = jobstate.handover_requests(self.settings.state_dir)
+        for table, pid in sorted(self.away.items()):
+            if asked.get(table) == pid:
+                continue
+            try:
+                self.lent.take(table)
+            except Busy:
+                continue  # the command is letting it go, or another one took it
+            del self.away[table]
+            invalid: list = []
+            found = load_tables(self.settings, table, invalid=invalid)
+            if not found and not invalid:
+                self.lent.lend(table)
+                self.forget(table)
+                continue
+            if invalid:
+                self.fail(table, invalid[0].error)
+                continue
+            self.tables[table] = found[0]
+            log("taken back: its query starts again from what its target holds", table=table, event="taken-back")
+            self.start_or_fail(table)
+
+    def forget(self, table: str) -> None:
+        """A table whose registration was removed while it was lent: no longer the job's."""
+        del self.tables[table]
+        self.home.pop(table, None)
+        self.rejoin_at.pop(table, None)
+        log("no longer registered: the job runs it no more", table=table, event="table-removed")
 
     def stop(self) -> None:
         for name, q in self.queries.items():
@@ -909,8 +986,10 @@ class Supervisor:
 def run(settings: Settings, tables: list[TableRegistration], available_now: bool) -> None:
     if not tables:
         raise ApplyError("no tables are registered", hint=f"add registrations under {settings.tables_dir}/")
-    with jobstate.exclusive(settings.state_dir, [t.name for t in tables]):
-        supervisor = Supervisor(get_session(settings), settings, tables, available_now)
+    names = [t.name for t in tables]
+    with jobstate.exclusive(settings.state_dir, names) if available_now else \
+            jobstate.lending(settings.state_dir, names) as lent:
+        supervisor = Supervisor(get_session(settings), settings, tables, available_now, lent=lent)
         try:
             supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
         except CdcError as e:

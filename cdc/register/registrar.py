@@ -4,6 +4,7 @@ source's columns) and its Kafka topic. A table added to a connector whose initia
 incremental snapshot through Debezium's signal table."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -11,16 +12,18 @@ from cdc.config.clients import (SECRET_PROPERTIES, jaas_quoted, kafka_access, ka
                                kafka_password)
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
+from cdc.control import commits
 from cdc.errors import CdcError, ConfigError, ConnectorError
 from cdc.log import log
 from cdc.planning.protect import check_connector_masks, check_mask_key, mask_key
 from cdc.register.capture import format_text, retrying_cause, source_capture, task_error
 from cdc.register.connector import (DOWN, MASK_CLASS, ConnectClient, connector_config, connector_name,
                                     secret_file_ref, topic_for, write_secret)
-from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_layout, watermarks
+from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_id, topic_layout, watermarks
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
-from cdc.sinks.formats import shown_name
+from cdc.sinks.formats import open_table, shown_name, target_refs
+from cdc.sinks.session import get_session
 from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
 from cdc.sources import module_of, password
 
@@ -55,6 +58,8 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         done = ("would be created" if dry_run else "created") if created else "exists"
         print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
               + (f", {len(src.columns)} columns" if created else ""))
+        if created:
+            start_after_topic(settings, reg, dry_run)
         removed_at = None if created else removed_from_capture(settings, catalog, reg)
         if removed_at:
             log(f"target {shown_name(settings, reg)} was out of capture from {removed_at}: the table is "
@@ -88,6 +93,28 @@ def ensure_target(settings: Settings, catalog, reg: TableRegistration, src, dry_
         return delta.ensure_table(settings, reg, src.columns, src.key, topic, dry_run=dry_run, mask_key=key)
     return iceberg.ensure_table(catalog, reg, src.columns, src.key, topic, dry_run=dry_run, settings=settings,
                                 mask_key=key)
+
+
+def start_after_topic(settings: Settings, reg: TableRegistration, dry_run: bool) -> None:
+    """A new target of a topic that already holds records (a target re-created, or a topic
+    kept from an earlier registration) starts after them: they are of the rows before this
+    target and maybe of another schema, and the snapshot that follows registering (or the
+    bootstrap) brings the rows. One commit, without data, records the topic's end offsets."""
+    topic = topic_for(reg.source.name, reg)
+    if topic not in existing_topics(kafka_access(settings)):
+        return
+    marks = watermarks(kafka_access(settings), topic)
+    if not any(end > first for first, end in marks.values()):
+        return
+    ends = {p: end for p, (_, end) in sorted(marks.items())}
+    shown = json.dumps({str(p): o for p, o in ends.items()})
+    print(f"{reg.name}: topic {topic} already holds records; the new target {'would start' if dry_run else 'starts'} "
+          f"after them, at offsets {shown} (to apply them instead: `cdc replay --table {reg.name} --from-earliest`)")
+    if dry_run:
+        return
+    summary = commits.summary_properties(topic, ends, -1, f"{reg.name}@register", None, None,
+                                         topic_id=topic_id(kafka_access(settings), topic))
+    open_table(get_session(settings), target_refs(settings, reg)[0]).commit_summary_and_properties(summary, {})
 
 
 def removed_from_capture(settings: Settings, catalog, reg: TableRegistration) -> str | None:

@@ -4,6 +4,7 @@ that fails in it leaves it (and is given up on its own) while the others go on, 
 it again once it runs."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -170,3 +171,55 @@ def test_a_table_failing_for_a_while_leaves_the_shared_query_and_joins_it_again(
     assert proc.returncode == 0, tail(log_path)  # no table given up
     assert "retrying in" in text and text.count("joins the shared query") == 1, tail(log_path)
     assert not (env.settings.path(env.settings.spark.checkpoint_dir) / f"{env.schema}.sj_b").exists()
+
+
+def test_one_table_is_fixed_while_the_others_run(it_env, tmp_path, capsys):
+    """Continuous: a table stops on a type change no target column can take; its remedy is
+    in the log and `status --json`. Its target re-created by `register` while the job runs
+    starts after the topic's old records, and the job takes the table back by itself; then
+    `bootstrap` of it is handed over by the running job and taken back after. The other
+    tables are applied throughout."""
+    env, s, tables = it_env, it_env.schema, ("fx_a", "fx_b", "fx_c")
+    create(env, tables)
+    config = shared_config(env, tmp_path)
+    log_path = tmp_path / "driver.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--table",
+                                 f"{s}.fx_*"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_equal(env, tables, proc, log_path)
+        env.sql(f'ALTER TABLE "{s}".fx_b ALTER COLUMN v TYPE integer USING length(v)')
+        env.sql(f'INSERT INTO "{s}".fx_b VALUES (500, 5)')
+        change(env, "fx_a", 1)
+        env.wait_captured(env.marker())
+        wait_line(proc, log_path, f"{s}.fx_b: failed: ")
+        wait_equal(env, ("fx_a", "fx_c"), proc, log_path)
+        capsys.readouterr()
+        env.cdc("status", "--json", "--table", f"{s}.fx_b")
+        job = json.loads(capsys.readouterr().out)["tables"][0]["job"]
+        assert job["state"] == "failed" and "not a safe widening" in job["error"], job
+        assert f"`cdc bootstrap --table {s}.fx_b`" in job["remedy"] and "->" not in job["error"], job
+        assert "; to do: nothing of this batch was committed" in log_path.read_text()
+
+        for ident in env.catalog.list_tables(s):  # the target and its __cdc_* tables, as the remedy says
+            if ident[-1] == "fx_b" or ident[-1].startswith("fx_b__cdc"):
+                env.catalog.purge_table(ident)
+        assert env.cdc("register", "--table", f"{s}.fx_b") == 0
+        assert "already holds records; the new target starts after them" in capsys.readouterr().out
+        wait_line(proc, log_path, f"{s}.fx_b: trying the failed table again", timeout_s=120)
+        wait_equal(env, tables, proc, log_path)  # the snapshot register asked for, not the old records
+
+        env.sql(f'UPDATE "{s}".fx_b SET v = v + 1 WHERE id <= 5')  # v is an integer now
+        change(env, "fx_c", 3)
+        assert env.cdc("bootstrap", "--table", f"{s}.fx_b", "--yes") == 0  # the job runs it: handed over
+        wait_line(proc, log_path, f"{s}.fx_b: taken back")
+        env.sql(f'DELETE FROM "{s}".fx_b WHERE id = 6')
+        change(env, "fx_a", 5)
+        env.wait_captured(env.marker())
+        wait_equal(env, tables, proc, log_path)
+    finally:
+        interrupt(proc)
+        wait_or_kill(proc, 60)
+    text = log_path.read_text()
+    assert proc.returncode == 0, tail(log_path)  # every table runs at the end
+    assert f"{s}.fx_b: handed over to process" in text and text.count("failed: ") == 1, tail(log_path)

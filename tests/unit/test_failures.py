@@ -88,3 +88,18 @@ def test_an_outage_inside_a_batch_stays_an_outage():
     named = diagnose(Settings(), None, "shop.orders",
                      RuntimeError("x\ncdc.errors.ApplyError: table shop.orders: 1 record(s) bad"))
     assert named.message == "table shop.orders: 1 record(s) bad"  # named once
+
+
+def test_the_remedy_of_an_error_inside_a_batch_survives_sparks_wrapping():
+    """A CdcError raised in a batch reaches the supervisor as Spark's text: its hint comes
+    back as the error's hint (the log line's and `status`'s remedy), not as message text."""
+    from cdc.planning.schema import evolve
+    from cdc.sources.types import Column
+
+    with pytest.raises(ApplyError) as raised:
+        evolve("shop.orders", (Column("id", "int", False), Column("v", "int", True)),
+               [Column("v", "string", True)], ("id",))
+    text = f"[STREAM_FAILED] ... Traceback ...\ncdc.errors.ApplyError: {raised.value}\n\n\tat org.apache.spark.X"
+    error = diagnose(Settings(), None, "shop.orders", RuntimeError(text))
+    assert error.message == raised.value.message and "->" not in error.message
+    assert error.hint == raised.value.hint and "cdc bootstrap --table shop.orders" in error.hint

@@ -603,3 +603,52 @@ def test_the_tables_of_a_dissolved_shared_query_join_it_again_a_minute_later(tmp
     clock.now += 1
     sup.rejoin()  # s.b: the restarted query's topics are FakeBatch's (none); it stays on its own
     assert started == [["s.a"]] and set(sup.queries) == {"shared-2s", "s.b"}
+
+
+def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(tmp_path, monkeypatch):
+    """A command asks for a table of a running shared query: the query starts again without
+    it, its lock is lent, and once the request is withdrawn the table is locked again,
+    read again from its registration and started in a query of its own; a table whose
+    registration went meanwhile is run no more."""
+    import json
+    import os
+
+    from cdc.control import jobstate
+    from cdc.jobs import runner
+
+    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()})
+    sup.available_now = False
+    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
+    sup.home = {t: "shared-2s" for t in ("s.a", "s.b", "s.c")}
+    sup.lent = jobstate.Lent(tmp_path)
+    for t in sup.tables:
+        sup.lent.take(t)
+    started = []
+
+    def shared_query(spark, settings, name, members, *rest, **kw):
+        started.append(sorted(members))
+        return FakeQuery(), FakeBatch({}, tmp_path)
+
+    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
+    monkeypatch.setattr(runner, "make_active", lambda spark: None)
+    monkeypatch.setattr(runner, "shared_query", shared_query)
+    registered = {"s.b": sup.tables["s.b"]}  # s.c's registration is removed while it is lent
+    monkeypatch.setattr(runner, "load_tables", lambda settings, name, invalid: [registered[name]]
+                        if name in registered else [])
+    sup.start_all()
+    requests = tmp_path / "handover"
+    requests.mkdir()
+    for t in ("s.b", "s.c"):
+        (requests / f"{t}.json").write_text(json.dumps({"pid": os.getpid()}))
+    sup.hand_over()
+    assert started == [["s.a", "s.b", "s.c"], ["s.a", "s.c"], ["s.a"]]
+    assert sup.away == {"s.b": os.getpid(), "s.c": os.getpid()} and sup.lent.held == {"s.a"}
+    assert jobstate.read(tmp_path, "s.b")["state"] == jobstate.HANDED_OVER
+    sup.take_back()  # still asked for
+    assert set(sup.away) == {"s.b", "s.c"}
+    for t in ("s.b", "s.c"):
+        (requests / f"{t}.json").unlink()
+    sup.take_back()
+    assert not sup.away and set(sup.queries) == {"shared-2s", "s.b"} and sup.lent.held == {"s.a", "s.b"}
+    assert "s.c" not in sup.tables and sup.groups == {"shared-2s": ["s.a"]}
+    sup.lent.release_all()
