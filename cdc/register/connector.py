@@ -91,6 +91,57 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
     return config
 
 
+def keeping_others(config: dict, previous: dict | None, ours: set[str], signal_table: str) -> tuple[dict, list[str]]:
+    """`config` with the tables `previous` (the connector's config now) captures that no
+    registration here names kept in it, with their key columns, excluded and masked columns,
+    snapshot and database entries: another deployment's (a cdc.yaml with other tables_dir
+    on the same source and Connect shares the connector), or a registration file deleted by
+    hand. Only `cdc tables remove` takes a table out of capture. Returns the config and
+    those tables. `ours`: schema.table of every registration here of the source."""
+    previous = previous or {}
+    before = {t for t in previous.get("table.include.list", "").split(",") if t} - {signal_table}
+    others = sorted(before - ours)
+    if not others:
+        return config, []
+    out = dict(config)
+
+    def union(key: str, sep: str, table_of) -> None:
+        kept = {e for e in previous.get(key, "").split(sep) if e and table_of(e) in others}
+        mine = {e for e in config.get(key, "").split(sep) if e}
+        if kept:
+            out[key] = sep.join(sorted(mine | kept))
+
+    def column_table(entry: str) -> str:  # schema.table.column, maybe regex-escaped
+        return re.sub(r"\\(.)", r"\1", entry).rsplit(".", 1)[0]
+
+    out["table.include.list"] = ",".join(sorted(set(config["table.include.list"].split(",")) | set(others)))
+    union("message.key.columns", ";", lambda e: e.split(":", 1)[0])
+    union("column.exclude.list", ",", column_table)
+    if "database.include.list" in config:  # MariaDB: the databases of the tables
+        out["database.include.list"] = ",".join(sorted(set(config["database.include.list"].split(","))
+                                                       | {t.split(".")[0] for t in others}))
+    snapshot = "snapshot.include.collection.list"  # absent: every captured table takes the snapshot
+    taken = set((config.get(snapshot) or config["table.include.list"]).split(","))
+    taken |= {t for t in others if t in (previous.get(snapshot) or previous["table.include.list"]).split(",")}
+    if taken != set(out["table.include.list"].split(",")):
+        out[snapshot] = ",".join(sorted(taken))
+    columns = f"transforms.{MASK_TRANSFORM}.columns"
+    masked = [e for e in previous.get(columns, "").split(",") if e and column_table(e) in others]
+    if masked:
+        key = f"transforms.{MASK_TRANSFORM}.key.password"
+        if columns in config and config.get(key) != previous.get(key):
+            raise ConfigError(f"connector {config.get('name', '')} masks columns of {', '.join(others)}, which no "
+                              f"registration here names, with another masking key than this cdc.yaml's",
+                              hint="deployments that share a source's connector share its masking key")
+        if columns not in config:
+            out.update({k: v for k, v in previous.items() if k.startswith(f"transforms.{MASK_TRANSFORM}.")})
+            out["transforms"] = ",".join([MASK_TRANSFORM, *[t for t in config.get("transforms", "").split(",")
+                                                            if t and t != MASK_TRANSFORM]])
+        else:
+            out[columns] = ",".join(sorted(set(config[columns].split(",")) | set(masked)))
+    return out, others
+
+
 MASK_TRANSFORM, MASK_CLASS = "cdcmask", "cdc.connect.MaskColumns"
 # A column name the connector settings can carry (their lists are comma-separated, and
 # MaskColumns reads schema.table.column); another is protected by the jobs alone.

@@ -18,7 +18,7 @@ from cdc.log import log
 from cdc.planning.protect import check_connector_masks, check_mask_key, mask_key
 from cdc.register.capture import format_text, retrying_cause, source_capture, task_error
 from cdc.register.connector import (DOWN, MASK_CLASS, ConnectClient, connector_config, connector_name,
-                                    secret_file_ref, topic_for, write_secret)
+                                    keeping_others, secret_file_ref, topic_for, write_secret)
 from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_id, topic_layout, watermarks
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
@@ -184,7 +184,7 @@ def _plan_source(settings: Settings, client: ConnectClient, source: str, tables:
               f"retention {'for ever' if shape.retention_hours is None else f'{shape.retention_hours} h'}")
     name = connector_name(source)
     previous = client.config(name)
-    config = source_connector_config(settings, source, tables, shown=True)
+    config = with_others(settings, source, source_connector_config(settings, source, tables, shown=True), previous)
     kind = module_of(settings, source)
     with kind.connect(settings, source) as conn:
         partition_roots(settings, kind, conn, source, config, dry_run=True)
@@ -318,6 +318,18 @@ def source_connector_config(settings: Settings, source: str, tables: list[TableR
                             connector_mask_key(settings, tables, shown))
 
 
+def with_others(settings: Settings, source: str, config: dict, previous: dict | None) -> dict:
+    """`config` keeping what the connector captures that no registration here names
+    (connector.keeping_others), said in a line."""
+    ours = {f"{t.source.schema_}.{t.source.table}" for t in load_tables(settings) if t.source.name == source}
+    config, others = keeping_others(config, previous, ours, settings.sources[source].signal_table)
+    if others:
+        print(f"connector {connector_name(source)}: keeps capturing {', '.join(others)}, which no registration "
+              f"under {settings.tables_dir} names (another deployment's sharing this connector, or a registration "
+              f"file deleted by hand: `cdc tables remove` takes a table out of capture)")
+    return config
+
+
 def check_plugins(settings: Settings, client: ConnectClient, config: dict) -> None:
     """The worker has the transformation the connector config names (cdc's MaskColumns):
     refused before the config is written, since a connector that cannot load it captures
@@ -334,9 +346,9 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
                      wait_snapshot: bool) -> None:
     src = settings.sources[source]
     name = connector_name(source)
-    config = source_connector_config(settings, source, tables)
-    check_plugins(settings, client, config)
     previous = client.config(name)
+    config = with_others(settings, source, source_connector_config(settings, source, tables), previous)
+    check_plugins(settings, client, config)
     catalog = load_catalog(settings)
     kind = module_of(settings, source)
     with kind.connect(settings, source) as conn:

@@ -21,7 +21,7 @@ from cdc.planning.merge import DELETES_SUFFIX
 from cdc.register import stuck
 from cdc.register.capture import tables_named
 from cdc.register.connector import ConnectClient, connector_name, topic_for
-from cdc.register.registrar import captured, check_plugins, source_connector_config
+from cdc.register.registrar import captured, check_plugins, source_connector_config, with_others
 from cdc.register.topics import delete_topics
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
@@ -65,16 +65,17 @@ def _out_of_capture(settings: Settings, reg: TableRegistration) -> list[str]:
     if readers:
         return [f"connector {name} still captures {table}: registration {', '.join(readers)} reads it too"]
     kind = module_of(settings, source)
-    if not left:
+    config = with_others(settings, source, source_connector_config(settings, source, left), previous)
+    if not left and config["table.include.list"] == settings.sources[source].signal_table:
         client.retire(name)
         with kind.connect(settings, source) as conn:
             released = kind.release_capture(conn, settings, source)
         return [f"connector {name} deleted (its last table)"] + [f"{what} dropped" for what in released]
-    config = source_connector_config(settings, source, left)
     check_plugins(settings, client, config)
     client.put_config(name, config)
     client.restart_failed(name)  # a task failed on this table's change runs again without it
-    done = [f"connector {name} no longer captures {table} ({len(left)} table(s) left)"]
+    done = [f"connector {name} no longer captures {table} "
+            f"({len(config['table.include.list'].split(',')) - 1} table(s) left)"]
     with kind.connect(settings, source) as conn:
         try:
             client.wait_task_config(name, "table.include.list", config["table.include.list"])

@@ -130,6 +130,16 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
             raise ConfigError(f"{schema}.{table} has no primary key, so PostgreSQL publishes no old row for "
                               f"updates and deletes (replica identity {'default' if identity == 'd' else 'nothing'})",
                               hint=f'run ALTER TABLE "{schema}"."{table}" REPLICA IDENTITY FULL at the source')
+        published = {"f": set(names), "d": set(primary_key), "n": set(), "i": {r[0] for r in conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) "
+            "AND i.indisreplident", (schema, table)).fetchall()}}[identity]
+        if not set(key) <= published:
+            raise ConfigError(f"{reg.file}: key {', '.join(key)} of {schema}.{table} is not in its replica identity "
+                              f"({', '.join(sorted(published)) or 'none'}), so PostgreSQL publishes no old value of "
+                              f"it for updates and deletes, which would miss their rows",
+                              hint=f'run ALTER TABLE "{schema}"."{table}" REPLICA IDENTITY FULL at the source, or '
+                                   f"key the registration by {', '.join(primary_key) or 'a replica identity index'}")
     else:
         key = primary_key
         if not key:

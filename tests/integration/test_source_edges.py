@@ -251,3 +251,64 @@ def test_a_change_capture_can_never_produce_is_left_behind_with_its_table(it_env
     assert env.cdc("bootstrap", "--table", f"{s}.case_clash", "--yes") == 0
     env.replicate("case_clash", env.transaction(f'UPDATE "{s}".case_clash SET v_upper = \'later\' WHERE id = 1'))
     assert env.assert_equal("case_clash") == 2
+
+
+def test_two_deployments_on_one_source_keep_each_others_tables(it_env, capsys, tmp_path):
+    """A second cdc.yaml (its own tables_dir) on the same source and Connect shares the
+    source's connector: neither's `register` nor `tables remove` takes the other's tables
+    (or their key columns) out of capture, and the last table of one does not retire it.
+    A key the replica identity does not publish is refused."""
+    import yaml
+
+    from cdc.cli.main import main as cdc_main
+    from cdc.register.connector import ConnectClient, connector_name
+
+    env, s = it_env, it_env.schema
+    for t in ("dep_a", "dep_b"):
+        env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, code text UNIQUE NOT NULL, v text)')
+        env.sql(f'INSERT INTO "{s}".{t} SELECT g, \'c\' || g, \'v\' || g FROM generate_series(1, 10) g')
+    doc = yaml.safe_load(env.config.read_text())
+    doc["tables_dir"] = str(tmp_path / "tables_b")
+    config_b = tmp_path / "cdc-b.yaml"
+    config_b.write_text(yaml.safe_dump(doc))
+
+    def cdc_b(*args: str) -> int:
+        return cdc_main(["--config", str(config_b), *args])
+
+    client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    signal = env.settings.sources[env.source].signal_table
+
+    def captured() -> set[str]:
+        return set((client.config(connector) or {}).get("table.include.list", signal).split(",")) - {signal}
+
+    before = captured()  # this module's other tables
+    capsys.readouterr()
+    assert cdc_b("tables", "add", f"{s}.dep_b", "--key", "code") == 2  # a delete would carry no code
+    assert "is not in its replica identity (id)" in capsys.readouterr().err
+    env.sql(f'ALTER TABLE "{s}".dep_b REPLICA IDENTITY FULL')
+    assert cdc_b("tables", "add", f"{s}.dep_b", "--key", "code") == 0
+    assert cdc_b("register", "--table", f"{s}.dep_b") == 0
+    assert env.cdc("tables", "add", f"{s}.dep_a") == 0
+    capsys.readouterr()
+    assert env.cdc("register", "--table", f"{s}.dep_a", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert f"keeps capturing {s}.dep_b, which no registration under" in out, out
+    assert env.cdc("register", "--table", f"{s}.dep_a") == 0
+    assert captured() == before | {f"{s}.dep_a", f"{s}.dep_b"}
+    assert f"{s}.dep_b:code" in client.config(connector)["message.key.columns"].split(";")
+
+    marker = env.transaction(f'UPDATE "{s}".dep_b SET v = \'b1\' WHERE id <= 3',
+                             f'UPDATE "{s}".dep_a SET v = \'a1\' WHERE id <= 3')
+    env.wait_captured(marker)
+    assert cdc_b("run", "--available-now", "--table", f"{s}.dep_b") == 0
+    env.replicate("dep_a")
+    assert env.assert_equal("dep_b", key=("code",)) == 10 and env.assert_equal("dep_a") == 10
+
+    assert env.cdc("tables", "remove", f"{s}.dep_a") == 0  # B's table stays, and so does the connector
+    assert captured() == before | {f"{s}.dep_b"}
+    marker = env.transaction(f'DELETE FROM "{s}".dep_b WHERE id = 4', f'UPDATE "{s}".dep_b SET v = \'b2\'')
+    env.wait_captured(marker)
+    assert cdc_b("run", "--available-now", "--table", f"{s}.dep_b") == 0
+    assert env.assert_equal("dep_b", key=("code",)) == 9
+    assert cdc_b("tables", "remove", f"{s}.dep_b") == 0
+    assert captured() == before  # the connector retired if these were its last tables

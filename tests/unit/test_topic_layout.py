@@ -67,3 +67,30 @@ def test_the_initial_snapshot_leaves_out_tables_that_take_none_or_a_bootstrap():
     assert "snapshot.include.collection.list" not in connector_config(settings(), "pg", tables[:1], "ref")
     with pytest.raises(ValidationError, match="snapshot"):
         TableRegistration(name="s.d", source={"schema": "s", "table": "d"}, snapshot="later")
+
+
+def test_a_config_keeps_the_tables_another_deployment_captures_with_their_settings():
+    """Two cdc.yaml on one source and Connect share its connector: one's config keeps what
+    the other's tables need (include list, keys, excluded and masked columns, snapshot)."""
+    from cdc.errors import ConfigError
+    from cdc.register.connector import MASK_TRANSFORM, keeping_others
+
+    theirs = [reg("s.x").model_copy(update={"key": ("code",), "exclude": ("secret",), "mask": ("email",)}),
+              reg("s.y").model_copy(update={"snapshot": "never"})]
+    mine = [reg("s.a").model_copy(update={"key": ("id",)})]
+    previous = connector_config(settings(), "pg", theirs, "ref", mask_key_ref="${file:k}")
+    config, others = keeping_others(connector_config(settings(), "pg", mine, "ref"), previous, {"s.a"},
+                                    "public.cdc_signal")
+    assert others == ["s.x", "s.y"]
+    assert config["table.include.list"] == "public.cdc_signal,s.a,s.x,s.y"
+    assert config["message.key.columns"] == "s.a:id;s.x:code"
+    assert config["column.exclude.list"] == previous["column.exclude.list"]
+    assert config[f"transforms.{MASK_TRANSFORM}.columns"] == "s.x.email"
+    assert config["transforms"].split(",")[0] == MASK_TRANSFORM
+    assert config["snapshot.include.collection.list"] == "public.cdc_signal,s.a,s.x"  # s.y took none
+    # Nothing to keep: the config as it was; a table of ours left out is dropped.
+    assert keeping_others(config, config, {"s.a", "s.x", "s.y"}, "public.cdc_signal") == (config, [])
+    masking_too = [reg("s.a").model_copy(update={"mask": ("email",)})]
+    with pytest.raises(ConfigError, match="another masking key"):
+        keeping_others(connector_config(settings(), "pg", masking_too, "ref", mask_key_ref="${file:other}"),
+                       previous, {"s.a"}, "public.cdc_signal")
