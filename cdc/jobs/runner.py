@@ -688,11 +688,11 @@ class Supervisor:
                 continue
             stop_query(table, self.queries.pop(table))
             shutil.rmtree(self.settings.path(self.settings.spark.checkpoint_dir) / table, ignore_errors=True)
-            log(f"joins the shared query {name} again", table=table, event="shared-query-joined", query=name)
             self.groups.setdefault(name, []).append(table)
             self.groups[name].sort()
             if batch is None:  # all its tables had left it
                 self.start_or_fail(name)
+                log(f"joins the shared query {name} again", table=table, event="shared-query-joined", query=name)
             else:
                 self.join(name, batch, table)
 
@@ -708,6 +708,7 @@ class Supervisor:
             return
         batch.join(table, applier, session, target.committed)
         jobstate.record(self.settings.state_dir, table, jobstate.RUNNING, query=name)
+        log(f"joins the shared query {name} again", table=table, event="shared-query-joined", query=name)
 
     def shared_ended(self, name: str) -> bool:
         """After shared query `name` failed: the tables that failed in it leave it, and it

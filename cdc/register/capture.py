@@ -62,8 +62,8 @@ def tables_named(settings: Settings, source: str, trace: str | None) -> list[str
     named = []
     for reg in regs:
         schema, table = reg.source.schema_, reg.source.table
-        quoted = f'"{schema}"."{table}"'
-        if quoted in trace or re.search(rf"(?<![\w.,=]){re.escape(schema)}\.{re.escape(table)}(?![\w,])", trace):
+        quoted = (f'"{schema}"."{table}"', f"`{schema}`.`{table}`")
+        if any(q in trace for q in quoted) or re.search(rf"(?<![\w.,=]){re.escape(schema)}\.{re.escape(table)}(?![\w,])", trace):
             named.append(reg.name)
     return named
 

@@ -18,7 +18,7 @@ from cdc.errors import ConnectorError
 from cdc.log import log
 from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
 from cdc.planning.merge import DELETES_SUFFIX
-from cdc.register import stuck
+from cdc.register import stuck, stuck_binlog
 from cdc.register.capture import tables_named
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import captured, check_plugins, source_connector_config, with_others
@@ -98,6 +98,22 @@ def _captures(settings: Settings, client: ConnectClient, kind, conn, source: str
     client.wait_captured(name, kind.write_marker(conn, settings.sources[source].signal_table))
 
 
+def _past_stuck_statement(client: ConnectClient, conn, reg: TableRegistration) -> list[str] | None:
+    """A MariaDB connector stuck on a statement of the table moved past its transaction."""
+    name, table = connector_name(reg.source.name), f"{reg.source.schema_}.{reg.source.table}"
+    entry = stuck_binlog.check_skippable(client.partition_offsets(name))
+    offset = entry["offset"]
+    events = stuck_binlog.events_after(conn, offset["file"], int(offset["pos"]))
+    skip = stuck_binlog.plan_skip(events, offset.get("gtids", ""), reg.source.schema_, reg.source.table)
+    if skip is None:
+        return None
+    client.stop(name)
+    client.alter_offsets(name, [{"partition": entry["partition"], "offset": stuck_binlog.moved_offset(offset, skip)}])
+    client.resume(name)
+    return [f"connector {name} moved past transaction {skip.gtid}, whose statement on {table} it cannot read "
+            f"({skip.statement[:200]})"]
+
+
 def _stuck_on(settings: Settings, client: ConnectClient, reg: TableRegistration) -> bool:
     """Whether a failed task of the source names the table (capture.explain's case)."""
     return any(t.get("state") == "FAILED" and tables_named(settings, reg.source.name, t.get("trace")) == [reg.name]
@@ -107,7 +123,10 @@ def _stuck_on(settings: Settings, client: ConnectClient, reg: TableRegistration)
 def _past_stuck_change(settings: Settings, client: ConnectClient, conn, reg: TableRegistration,
                        left: list[TableRegistration]) -> list[str] | None:
     """A PostgreSQL connector stuck on the table's change moved past the transactions that
-    change it (register/stuck.py); what was done, in lines. None when it cannot be."""
+    change it (register/stuck.py), a MariaDB one past its statement (stuck_binlog.py); what
+    was done, in lines. None when it cannot be."""
+    if settings.sources[reg.source.name].kind == "mariadb":
+        return _past_stuck_statement(client, conn, reg)
     if settings.sources[reg.source.name].kind != "postgresql":
         return None
     name, table = connector_name(reg.source.name), f"{reg.source.schema_}.{reg.source.table}"
