@@ -13,6 +13,7 @@ import yaml
 
 from cdc.planning.protect import key_fingerprint, mask_value
 from cdc.register.connector import ConnectClient, connector_name
+from tests.conftest import end_offset
 
 MASK_KEY = b"the integration tier's masking key"
 EMAILS = {1: "ada@example.org", 2: "grace@example.org", 3: "edsger@example.org"}
@@ -199,6 +200,33 @@ def cleartext_in_topic(bootstrap: str, topic: str, values: list[str]) -> list[st
         data = b"".join([msg.key() or b"", msg.value() or b"", *[v or b"" for _, v in msg.headers() or []]])
         found += [f"{topic}@{msg.offset()}: {v}" for v in values if v.encode() in data]
     return found
+
+
+def test_a_bad_record_the_job_masks_keeps_no_clear_value_in_the_dead_letters(env):
+    """A record of a masked table without the connector's cdc.masked header (written before
+    it masked) that is also bad is set aside without its raw value, and no masked value
+    reaches the dead-letter table's files in clear."""
+    from confluent_kafka import Producer
+
+    from cdc.config.clients import kafka_access
+
+    s = env.schema
+    topic = f"{env.source}.{s}.people"
+    record = next(r for r in (json.loads(m.value()) for m in topic_messages(env.settings.kafka_bootstrap, topic)
+                              if m.value()) if r["payload"]["after"])
+    clear = "forged.clear@example.com"
+    record["payload"]["after"] = {**record["payload"]["after"], "id": 90, "email": clear}
+    record["payload"]["op"] = "x"  # no operation Debezium writes: a dead letter
+    producer = Producer(kafka_access(env.settings).client())
+    producer.produce(topic, key=json.dumps({"schema": None, "payload": {"id": 90}}).encode(),
+                     value=json.dumps(record).encode())  # no cdc.masked header: the job must hash it
+    assert producer.flush(30) == 0
+    env.replicate("people")
+    dead = env.catalog.load_table(f"{s}.people__cdc_dead_letters")
+    (row,) = [r for r in dead.scan().to_arrow().to_pylist() if r["offset"] == end_offset(env, topic) - 1]
+    assert row["value"] is None and "withheld" in row["error_message"], row
+    assert clear not in json.dumps(row, default=str)
+    assert not cleartext_in_files(dead.location(), [clear])
 
 
 def test_another_masking_key_is_refused(env, tmp_path, capsys):
