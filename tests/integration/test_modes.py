@@ -104,8 +104,8 @@ def test_history_soft_delete_and_masks_end_to_end(env, capsys):
     # the key as a reference its REST config shows instead of the key.
     assert not cleartext_in_topic(env.settings.kafka_bootstrap, f"{env.source}.{s}.people", clear)
     config = ConnectClient.of(env.settings).config(connector_name(env.source))
-    assert config["transforms.cdcmask.columns"] == ",".join(
-        sorted([f"{s}.people.email", *[f"{s}.profiles.{c}" for c in PROFILE_MASKED]]))
+    masked = {c for c in config["transforms.cdcmask.columns"].split(",") if c.split(".")[1] in ("people", "profiles")}
+    assert masked == {f"{s}.people.email", *[f"{s}.profiles.{c}" for c in PROFILE_MASKED]}  # beside earlier modules'
     assert config["transforms.cdcmask.key.password"].startswith("${file:") and MASK_KEY.decode() not in json.dumps(config)
 
     # The current rows equal the source's: counted, and compared row by row (masked columns by hash).
