@@ -369,11 +369,13 @@ def wait_or_kill(proc: subprocess.Popen, timeout: float) -> int:
         proc.wait(timeout=30)
 
 
-def start_driver(env: Env, table: str, log, extra_env: dict | None = None, args: tuple = ()) -> subprocess.Popen:
-    """A continuous `cdc run --table` as its own driver process, output to `log`."""
-    return subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "run", "--table",
-                             f"{env.schema}.{table}", *args], env={**os.environ, **(extra_env or {})}, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+def start_driver(env: Env, table: str, log, extra_env: dict | None = None, args: tuple = (),
+                 config: Path | None = None) -> subprocess.Popen:
+    """A continuous `cdc run --table` (a name or a pattern) as its own driver process, output
+    to `log`; `config`: another cdc.yaml than the env's."""
+    return subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config or env.config), "run",
+                             "--table", f"{env.schema}.{table}", *args], env={**os.environ, **(extra_env or {})},
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def interrupt(proc, timeout: float = 120) -> None:

@@ -5,8 +5,6 @@ it again once it runs."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import yaml
@@ -14,7 +12,7 @@ from confluent_kafka import Producer
 
 from cdc.config.clients import kafka_access
 from cdc.control.commits import parse_offsets
-from tests.conftest import end_offset, interrupt, tail, wait_or_kill
+from tests.conftest import end_offset, interrupt, start_driver, tail, wait_or_kill
 
 
 def shared_config(env, tmp_path):
@@ -99,8 +97,7 @@ def test_a_failing_table_leaves_the_shared_query_and_the_others_go_on(it_env, tm
     config = shared_config(env, tmp_path)
     log_path = tmp_path / "driver.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--table",
-                                 f"{env.schema}.sq_*"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_driver(env, "sq_*", log, config=config)
     try:
         wait_equal(env, ("sq_a", "sq_b", "sq_c", "sq_d"), proc, log_path)
         producer = Producer(kafka_access(env.settings).client())
@@ -139,8 +136,7 @@ def test_a_table_failing_for_a_while_leaves_the_shared_query_and_joins_it_again(
     data = env.settings.path(env.settings.catalog.warehouse) / env.schema / "sj_b" / "data"
     away = data.with_name("data.away")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--table",
-                                 f"{env.schema}.sj_*"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_driver(env, "sj_*", log, config=config)
     try:
         wait_equal(env, tables, proc, log_path)
         data.rename(away)
@@ -184,8 +180,7 @@ def test_one_table_is_fixed_while_the_others_run(it_env, tmp_path, capsys):
     config = shared_config(env, tmp_path)
     log_path = tmp_path / "driver.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(config), "run", "--table",
-                                 f"{s}.fx_*"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_driver(env, "fx_*", log, config=config)
     try:
         wait_equal(env, tables, proc, log_path)
         env.sql(f'ALTER TABLE "{s}".fx_b ALTER COLUMN v TYPE integer USING length(v)')

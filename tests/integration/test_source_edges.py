@@ -215,6 +215,22 @@ def test_the_stack_ignores_a_pgpassword_set_in_the_shell(stack, monkeypatch):
         assert conn.execute("SELECT current_database()").fetchone() == ("cdc",)
 
 
+def assert_stopped_naming_the_way_back(env, capsys, poisoned: str, bystander: str) -> None:
+    """The source's connector stops (within 120 s), and `status --check` of another table
+    exits 3 naming `cdc tables remove` of the poisoned one."""
+    from cdc.register.connector import ConnectClient, connector_name
+
+    client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    deadline = time.monotonic() + 120
+    while not client.not_running(connector):
+        assert time.monotonic() < deadline, "the connector kept running"
+        time.sleep(0.5)
+    capsys.readouterr()
+    assert env.cdc("status", "--check", "--table", f"{env.schema}.{bystander}") == 3
+    out = capsys.readouterr().out
+    assert f"cdc tables remove {env.schema}.{poisoned}" in out, out
+
+
 def test_a_change_capture_can_never_produce_is_left_behind_with_its_table(it_env, capsys):
     """A column added that differs from another only by case stops the source's capture at
     its first change, for every table. `status` names the way back; `cdc tables remove`
@@ -233,14 +249,7 @@ def test_a_change_capture_can_never_produce_is_left_behind_with_its_table(it_env
     env.sql(f'ALTER TABLE "{s}".case_clash ADD COLUMN "V" text')
     env.sql(f'INSERT INTO "{s}".case_clash VALUES (2, \'two\', \'TWO\')')
     env.sql(f'INSERT INTO "{s}".clash_bystander VALUES (2, \'waits\')')
-    deadline = time.monotonic() + 120
-    while not client.not_running(connector):
-        assert time.monotonic() < deadline, "the connector kept running"
-        time.sleep(0.5)
-    capsys.readouterr()
-    assert env.cdc("status", "--check", "--table", f"{s}.clash_bystander") == 3
-    out = capsys.readouterr().out
-    assert f"cdc tables remove {s}.case_clash" in out, out
+    assert_stopped_naming_the_way_back(env, capsys, "case_clash", "clash_bystander")
 
     assert env.cdc("tables", "remove", f"{s}.case_clash") == 0
     assert not client.not_running(connector)
@@ -334,14 +343,7 @@ def test_a_mariadb_statement_capture_can_never_read_is_left_behind_with_its_tabl
     client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
     env.sql(f"ALTER TABLE `{s}`.`inet_poison` ADD COLUMN ip INET6")
     env.sql(f"INSERT INTO `{s}`.inet_bystander VALUES (2, 'waits')")
-    deadline = time.monotonic() + 120
-    while not client.not_running(connector):
-        assert time.monotonic() < deadline, "the connector kept running"
-        time.sleep(0.5)
-    capsys.readouterr()
-    assert env.cdc("status", "--check", "--table", f"{s}.inet_bystander") == 3
-    out = capsys.readouterr().out
-    assert f"cdc tables remove {s}.inet_poison" in out, out
+    assert_stopped_naming_the_way_back(env, capsys, "inet_poison", "inet_bystander")
 
     capsys.readouterr()
     assert env.cdc("tables", "remove", f"{s}.inet_poison") == 0
