@@ -8,9 +8,12 @@ CDC := $(VENV)/bin/cdc
 JARS := .cache/jars
 MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS)
 
-.PHONY: setup run test test-unit test-long test-spark test-integration differential smoke bench bench-quick bench-peers stack-up stack-down docs clean
+.PHONY: setup run test test-unit test-long test-spark test-integration differential smoke bench bench-quick bench-peers bench-direct stack-up stack-down docs clean
 
-setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
+DIRECT_JAR := $(JARS)/spark/cdc-direct.jar
+DIRECT_SRC := $(wildcard jvm/direct/src/main/java/cdc/direct/*.java)
+
+setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp $(DIRECT_JAR)
 
 .cache/system.stamp: scripts/ensure-system-packages.sh
 	@mkdir -p .cache
@@ -29,6 +32,14 @@ $(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom
 	rm -rf $(JARS)/spark  # a version no longer pinned must not stay on Spark's classpath
 	$(MVN) package
 	@touch $@
+
+# cdc's own Spark helper (jvm/direct), compiled against the pinned Iceberg runtime and pyspark's
+# own jars, onto spark.jars beside them.
+$(DIRECT_JAR): $(JARS)/.stamp $(VENV)/.stamp $(DIRECT_SRC)
+	rm -rf .cache/direct-classes && mkdir -p .cache/direct-classes
+	javac --release 17 -nowarn -d .cache/direct-classes \
+		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*:$(JARS)/spark/*" $(DIRECT_SRC)
+	jar cf $@ -C .cache/direct-classes cdc
 
 stack-up: setup
 	$(CDC) stack up
@@ -71,6 +82,10 @@ bench-quick: stack-up
 # Connect sink) end to end on the same Debezium topic, each in its own virtualenv under
 # .cache/peers/ (bench/systems/README.md): their throughput on a backlog, then their
 # freshness at 2,000 changes a second.
+# The direct path's prototype against the MERGE on the same changes (bench/direct.py).
+bench-direct: setup
+	$(PY) -m bench.direct
+
 bench-peers: stack-up
 	$(PY) -m bench.systems --quick
 	$(PY) -m bench.systems --freshness
