@@ -632,8 +632,10 @@ class SparkSettings(Frozen):
                     "of one table has one either way).")
     retry_for_s: int = Field(
         300, ge=0,
-        description="Seconds a job retries, with backoff, while Kafka or the catalog is unreachable, before it "
-                    "exits 3 naming the last error.")
+        description="Seconds a job retries a table's failure that an outage explains (Kafka, the catalog or "
+                    "the warehouse out of reach), with backoff, before it gives the table up: its job state becomes "
+                    "failed with the last error, the other tables go on, and a continuous job tries it again every "
+                    "60 s. A job whose every table is given up exits 3, naming each error.")
     extra_conf: dict[str, str] = Field(
         {},
         description="Further Spark properties (name to string value), set last so they override cdc's own; "
