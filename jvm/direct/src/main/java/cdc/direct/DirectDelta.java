@@ -44,6 +44,7 @@ import org.apache.iceberg.spark.data.SparkParquetWriters;
 import org.apache.iceberg.types.Types;
 import org.apache.spark.HashPartitioner;
 import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.Dataset;
@@ -110,12 +111,22 @@ public final class DirectDelta {
     Broadcast<HashMap<String, Long>> sharedBases = jsc.broadcast(bases);
     long loadedAt = System.nanoTime();
     int parts = Math.max(1, Math.min(tables.size(), spark.sparkContext().defaultParallelism()));
-    List<Written> written = changes.queryExecution().toRdd().toJavaRDD()
-        .mapToPair(r -> new Tuple2<>(r.getUTF8String(0).toString(), r.copy()))
-        .groupByKey(new HashPartitioner(parts))
-        .map(group -> write(shared.value().get(group._1()), sharedBases.value().get(group._1()), group._1(),
-                            group._2(), key))
-        .collect();
+    JavaRDD<InternalRow> rows = changes.queryExecution().toRdd().toJavaRDD();
+    List<Written> written;
+    if (tables.size() == 1) {  // one target: its rows in one task, with no shuffle
+      String name = tables.get(0);
+      written = rows.coalesce(1).mapPartitions(it -> {
+        List<InternalRow> copied = new ArrayList<>();
+        it.forEachRemaining(r -> copied.add(r.copy()));
+        return List.of(write(shared.value().get(name), sharedBases.value().get(name), name, copied, key)).iterator();
+      }).collect();
+    } else {
+      written = rows.mapToPair(r -> new Tuple2<>(r.getUTF8String(0).toString(), r.copy()))
+          .groupByKey(new HashPartitioner(parts))
+          .map(group -> write(shared.value().get(group._1()), sharedBases.value().get(group._1()), group._1(),
+                              group._2(), key))
+          .collect();
+    }
     shared.destroy(false);
     sharedBases.destroy(false);
     long writtenAt = System.nanoTime();
