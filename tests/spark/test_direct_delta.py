@@ -1,5 +1,5 @@
 """The direct path's prototype (jvm/direct, DirectDelta): upsert-mode changes of several targets
-applied by one Spark job and one RowDelta each equal what planning/merge.py's MERGE makes of
+applied by one Spark job and one RowDelta each (or a lone target's, with no shuffle) equal what planning/merge.py's MERGE makes of
 the same changes, read through Spark and through pyiceberg, and the targets stay tables of
 deletion vectors (one a data file, the previous one merged into it)."""
 from __future__ import annotations
@@ -46,7 +46,7 @@ def create(spark, ref: str) -> None:
 
 def test_one_job_and_a_row_delta_a_target_equal_the_merge(scratch, table_name):
     spark, catalog = scratch
-    direct = [f"{SCRATCH}.default.{table_name}_d{i}" for i in range(2)]
+    direct = [f"{SCRATCH}.default.{table_name}_d{i}" for i in range(3)]  # two in one job, one alone
     merged = f"{SCRATCH}.default.{table_name}_m"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {SCRATCH}.default")
     for ref in (*direct, merged):
@@ -56,8 +56,12 @@ def test_one_job_and_a_row_delta_a_target_equal_the_merge(scratch, table_name):
         batch = spark.createDataFrame([r for ref in direct for r in rows_of(ref, round_)], CHANGE)
         props = spark._jvm.java.util.HashMap()
         props.put("cdc.offsets", json.dumps({"t": {"0": n}}))
-        out = helper.apply(spark._jsparkSession, direct, batch._jdf, "id", props, 2)
-        assert len(out) == 3 and all(o[1] > 0 for o in out[:2])  # each target committed
+        together = helper.apply(spark._jsparkSession, direct[:2], batch.where(F.col("_table") != direct[2])._jdf,
+                                "id", props, 2)
+        alone = helper.apply(spark._jsparkSession, direct[2:], batch.where(F.col("_table") == direct[2])._jdf,
+                             "id", props, 1)
+        assert len(together) == 3 and len(alone) == 2
+        assert all(o[1] > 0 for o in [*together[:2], *alone[:1]])  # each target committed
         batch.where(F.col("_table") == direct[0]).select(
             "id", "v", "_op", F.col("_cdc_position").alias("_position"), F.col("_cdc_source_ts").alias("_source_ts"),
             F.col("_cdc_kafka_partition").alias("_partition"), F.col("_cdc_kafka_offset").alias("_offset"),
