@@ -82,13 +82,13 @@ bench-quick: stack-up
 # Connect sink) end to end on the same Debezium topic, each in its own virtualenv under
 # .cache/peers/ (bench/systems/README.md): their throughput on a backlog, then their
 # freshness at 2,000 changes a second.
-# The direct path's prototype against the MERGE on the same changes (bench/direct.py).
-bench-direct: setup
-	$(PY) -m bench.direct
-
 bench-peers: stack-up
 	$(PY) -m bench.systems --quick
 	$(PY) -m bench.systems --freshness
+
+# The direct path's prototype against the MERGE on the same changes (bench/direct.py).
+bench-direct: setup
+	$(PY) -m bench.direct
 
 smoke: stack-up
 	$(PY) ../shared/checks/contract_smoke.py

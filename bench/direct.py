@@ -1,5 +1,5 @@
 """The direct path's prototype, measured against today's MERGE on the same changes in one
-process (issue: a batch that costs a tenth). Not a section of `make bench`: the prototype
+process. Not a section of `make bench`: the prototype
 (jvm/direct, DirectDelta) applies upsert-mode changes only, without the delete memory.
 
     .venv/bin/python -m bench.direct [--tables 100] [--merge-tables 10] [--rounds 20]

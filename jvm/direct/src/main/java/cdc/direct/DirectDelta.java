@@ -194,8 +194,7 @@ public final class DirectDelta {
     w.table = name;
     w.base = base;
     Map<String, PositionDeleteIndex> previous = new HashMap<>();
-    Map<String, List<DeleteFile>> previousFiles = new HashMap<>();
-    Map<Object, Found> current = base < 0 ? Map.of() : find(table, base, key, byKey.keySet(), previous, previousFiles);
+    Map<Object, Found> current = base < 0 ? Map.of() : find(table, base, key, byKey.keySet(), previous);
     w.found = current.size();
     TaskContext task = TaskContext.get();
     int partitionId = task == null ? 0 : task.partitionId();
@@ -259,8 +258,7 @@ public final class DirectDelta {
    * read for the key and the position only, their deletion vectors applied (kept in {@code previous}
    * for the new vectors to merge). */
   static Map<Object, Found> find(Table table, long base, String key, Set<Object> keys,
-                                 Map<String, PositionDeleteIndex> previous,
-                                 Map<String, List<DeleteFile>> previousFiles) {
+                                 Map<String, PositionDeleteIndex> previous) {
     Expression filter = Expressions.in(key, keys.toArray());
     Types.NestedField keyField = table.schema().findField(key);
     Types.NestedField positionField = table.schema().findField("_cdc_position");
@@ -274,7 +272,6 @@ public final class DirectDelta {
             : loader.loadPositionDeletes(task.deletes(), file.location());
         if (!task.deletes().isEmpty()) {
           previous.put(file.location(), deleted);
-          previousFiles.put(file.location(), task.deletes());
         }
         try (CloseableIterable<Record> records = Parquet.read(table.io().newInputFile(file.location(),
                 file.fileSizeInBytes()))
