@@ -1,7 +1,8 @@
 """The direct path's prototype (jvm/direct, DirectDelta): upsert-mode changes of several targets
-applied by one Spark job and one RowDelta each (or a lone target's, with no shuffle) equal what planning/merge.py's MERGE makes of
-the same changes, read through Spark and through pyiceberg, and the targets stay tables of
-deletion vectors (one a data file, the previous one merged into it)."""
+applied by one Spark job and one RowDelta each (or a lone target's, with no shuffle) equal
+what planning/merge.py's MERGE makes of the same changes, read through Spark and through
+pyiceberg, and the targets stay tables of deletion vectors (one a data file, the previous
+one merged into it)."""
 from __future__ import annotations
 
 import json
