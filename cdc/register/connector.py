@@ -13,6 +13,7 @@ import requests
 from cdc.config.clients import HttpClient, http_client, java_kafka_properties
 from cdc.config.models import CONNECTOR_TEMPLATES, MIB, Settings, TableRegistration
 from cdc.errors import ConfigError, ConnectorError, DependencyError
+from cdc.sources.mariadb import heartbeat_query
 from cdc.sources.postgres import publication_name, slot_name
 
 AVRO_CONVERTER = "avro-converter.json"  # the converter keys of a source with `format: avro`
@@ -62,6 +63,7 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
     if src.kind == "mariadb":
         template = "mariadb-connector.json"
         values.update(server_id=str(src.server_id or server_id(source)), kafka_bootstrap=settings.kafka_bootstrap,
+                      heartbeat_action_query=heartbeat_query(src.signal_table),
                       database_include_list=",".join(sorted({i.split(".")[0] for i in include.split(",")})))
     else:
         template = "postgres-connector.json"

@@ -125,10 +125,31 @@ def _split(qualified_name: str) -> tuple[str, str]:
 
 
 def ensure_signal_table(conn: pymysql.Connection, signal_table: str) -> None:
-    """Debezium's signal table (id, type, data), created when missing."""
+    """Debezium's signal table (id, type, data) and the heartbeat table beside it, created
+    when missing."""
     schema, table = _split(signal_table)
     _rows(conn, f"CREATE TABLE IF NOT EXISTS {ident(schema)}.{ident(table)} (id VARCHAR(64) PRIMARY KEY, "
                 f"type VARCHAR(32) NOT NULL, data VARCHAR(2048)) ENGINE=InnoDB")
+    _rows(conn, f"CREATE TABLE IF NOT EXISTS {heartbeat_table(signal_table)} (id INT PRIMARY KEY, "
+                f"beat TIMESTAMP(6) NOT NULL) ENGINE=InnoDB")
+
+
+HEARTBEAT_TABLE = "cdc_heartbeat"
+
+
+def heartbeat_table(signal_table: str) -> str:
+    """The one-row table the connector's heartbeat writes, in the signal table's database, quoted."""
+    return f"{ident(_split(signal_table)[0])}.{ident(HEARTBEAT_TABLE)}"
+
+
+def heartbeat_query(signal_table: str) -> str:
+    """The connector's `heartbeat.action.query`: a transaction of its own at every heartbeat.
+    Debezium's MariaDB connector holds a DDL statement's transaction open until the next
+    transaction begins and counts each server heartbeat into it; restarted, it skips that
+    many events, the changes after the DDL among them. A write at each heartbeat begins
+    the next transaction within one heartbeat, so the count stays within the DDL's own events."""
+    return (f"INSERT INTO {heartbeat_table(signal_table)} (id, beat) VALUES (1, NOW(6)) "
+            f"ON DUPLICATE KEY UPDATE beat = NOW(6)")
 
 
 @dataclass(frozen=True)
@@ -201,6 +222,11 @@ def count_at_position(conn: pymysql.Connection, reg: TableRegistration) -> tuple
         cur.execute("COMMIT")
     file_name, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
     return int(rows), (binlog_index(file_name), pos), f"{file_name}:{pos}"
+
+
+def has_rows(conn: pymysql.Connection, reg: TableRegistration) -> bool:
+    """Whether the table holds a row."""
+    return bool(_rows(conn, f"SELECT 1 FROM {qualified(reg)} LIMIT 1"))
 
 
 def estimate_rows(conn: pymysql.Connection, reg: TableRegistration) -> int:

@@ -80,6 +80,37 @@ def test_a_partitioned_mariadb_table_is_one_table(it_mariadb):
     assert env.assert_equal("parted", key=("id", "region")) == 3
 
 
+def test_a_mariadb_restart_after_a_quiet_ddl_skips_nothing(it_mariadb):
+    """Debezium's MariaDB connector counts the server's heartbeats into a DDL statement's
+    transaction and, restarted (by `register`, a worker's restart), skips as many events
+    of those that follow, of every table. The connector's heartbeat write begins the next
+    transaction, so a restart after a DDL and a quiet binary log skips nothing."""
+    from cdc.register.connector import ConnectClient, connector_name
+
+    env, s = it_mariadb, it_mariadb.schema
+    env.sql(f"CREATE TABLE `{s}`.calm (id INT PRIMARY KEY, v INT)")
+    env.sql(f"INSERT INTO `{s}`.calm VALUES (1, 1)")
+    assert env.cdc("tables", "add", f"{s}.calm") == 0
+    assert env.cdc("register", "--table", f"{s}.calm") == 0
+    env.replicate("calm")
+    client, name = ConnectClient(env.settings.connect_url), connector_name(env.source)
+    config = client.config(name)
+
+    def restart(keep_alive: str) -> None:
+        client.put_config(name, {**config, "connect.keep.alive.interval.ms": keep_alive})
+        client.wait_task_config(name, "connect.keep.alive.interval.ms", keep_alive)
+        client.wait_running(name)
+
+    restart("2000")  # the server sends a heartbeat every 1.6 s (Debezium's default: 48 s)
+    env.sql(f"CREATE TABLE `{s}`.quiet (id INT PRIMARY KEY)")  # the binary log's last event: a DDL
+    time.sleep(20)  # the condition is time itself: a quiet binary log, a dozen server heartbeats
+    restart("60000")
+    env.sql(f"INSERT INTO `{s}`.calm VALUES (2, 2)")
+    env.sql(f"UPDATE `{s}`.calm SET v = 10 WHERE id = 1")
+    env.replicate("calm", env.transaction(f"INSERT INTO `{s}`.calm VALUES (3, 3)"))
+    assert env.assert_equal("calm") == 3
+
+
 def test_a_row_just_under_the_record_limit_is_replicated(it_env):
     """A text value longer than the JSON reader's default limit (20,000,000 characters),
     in a row just under kafka.max_record_bytes, is replicated exactly."""

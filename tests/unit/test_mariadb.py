@@ -99,3 +99,11 @@ def test_source_defaults_and_connector_config(tmp_path):
     assert config["database.include.list"] == "shop" and config["topic.prefix"] == "maria"
     assert 5400 <= int(config["database.server.id"]) < 6400 and config["database.password"] == "secret-ref"
     assert not any("{" in v for v in config.values() if isinstance(v, str) and "${" not in v)
+    assert config["heartbeat.action.query"] == ("INSERT INTO `shop`.`cdc_heartbeat` (id, beat) VALUES (1, NOW(6)) "
+                                                "ON DUPLICATE KEY UPDATE beat = NOW(6)")
+
+
+def test_the_heartbeat_table_is_quoted_in_the_signal_tables_database():
+    from cdc.sources.mariadb import heartbeat_query, heartbeat_table
+    assert heartbeat_table("sh`op.cdc_signal") == "`sh``op`.`cdc_heartbeat`"
+    assert heartbeat_query("sh`op.sig").startswith("INSERT INTO `sh``op`.`cdc_heartbeat` ")
