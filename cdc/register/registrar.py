@@ -381,6 +381,11 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             if wait_snapshot:
                 client.wait_captured(name, marker)
                 client.wait_incremental_snapshot(name, timeout_s=SNAPSHOT_WAIT_S, tick=progress.tick)
+        if wait_snapshot and (missed := progress.silent(kind, conn)):
+            raise ConnectorError(f"connector {name}: the snapshot of {', '.join(t.name for t in missed)} is over and "
+                                 f"none of its rows reached Kafka, though the table has rows",
+                                 hint="see the Connect worker's log (`cdc stack status` names it); `cdc register "
+                                      "--table NAME` asks for the snapshot again")
         for t in pending:
             how = t.snapshot if t.snapshot != "initial" else "incremental" if previous is not None else "initial"
             if t.sink == "delta":
@@ -408,15 +413,29 @@ class SnapshotProgress:
     the snapshotted tables' topics gained against their estimated rows."""
 
     def __init__(self, settings: Settings, kind, conn, tables: list[TableRegistration], clock=time.monotonic):
-        self.settings, self.clock = settings, clock
-        self.topics = [topic_for(t.source.name, t) for t in tables]
+        self.settings, self.clock, self.tables = settings, clock, tables
+        self.topics = sorted({topic_for(t.source.name, t) for t in tables})
         self.estimate = sum(kind.estimate_rows(conn, t) for t in tables)
-        self.base = self._records() if tables else 0
+        self.base_by_topic = self._by_topic() if tables else {}
+        self.base = sum(self.base_by_topic.values())
         self.started = self.shown = clock()
         self.name = tables[0].name if len(tables) == 1 else f"{len(tables)} tables"
 
+    def _by_topic(self) -> dict[str, int]:
+        """Each topic's records (the sum of its partitions' high watermarks)."""
+        return {topic: sum(hi for _, hi in watermarks(kafka_access(self.settings), topic).values())
+                for topic in self.topics}
+
     def _records(self) -> int:
-        return sum(hi for topic in self.topics for _, hi in watermarks(kafka_access(self.settings), topic).values())
+        return sum(self._by_topic().values())
+
+    def silent(self, kind, conn) -> list[TableRegistration]:
+        """The tables whose snapshot is over and whose topic gained no record, though the
+        table has a row: a snapshot the connector never took."""
+        now = self._by_topic() if self.tables else {}
+        return [t for t in self.tables
+                if now[topic_for(t.source.name, t)] <= self.base_by_topic[topic_for(t.source.name, t)]
+                and kind.has_rows(conn, t)]
 
     def tick(self, last: bool = False) -> None:
         if not self.topics or not (last or self.clock() - self.shown >= PROGRESS_EVERY_S):

@@ -285,6 +285,11 @@ def counted_snapshot(settings: Settings, reg: TableRegistration):
         yield int(rows), (parse_lsn(snap.wal_lsn),), snap.wal_lsn, snap
 
 
+def has_rows(conn: psycopg.Connection, reg: TableRegistration) -> bool:
+    """Whether the table holds a row."""
+    return conn.execute(f"SELECT 1 FROM {qualified(reg)} LIMIT 1").fetchone() is not None
+
+
 def estimate_rows(conn: psycopg.Connection, reg: TableRegistration) -> int:
     """The table's row count: the planner's estimate, or a count when it has none."""
     # A partitioned table's own estimate is -1 (its partitions are analyzed, not it): theirs, summed.
