@@ -22,12 +22,13 @@ from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, refus
                                       value_schemas)
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
+from cdc.jobs.plan import BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
 from cdc.log import log
 from cdc.planning import dead_letters
 from cdc.planning import unchanged
 from cdc.planning.dedupe import last_per_key_of
 from cdc.planning.history import history_changes, stored_versions
-from cdc.planning.merge import (KEY_BUCKETS, MOVED, append_sql, deletes_table_sql, forget_deletes_sql,
+from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_deletes_sql,
                                 history_merge_sql, key_bucket, merge_sql, remember_deletes_sql,
                                 remembered_deletes_sql, truncate_sql)
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
@@ -40,7 +41,6 @@ from cdc.sources.types import Column, case_twins, debezium_column, reserved_name
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_S = 3600  # how often a job drops the delete memory's entries past the horizon, at a batch
 FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job last dropped them (epoch ms)
-SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
 KEEP_PLANS = 16  # batch expressions a table keeps built (a change of columns or refused schemas builds others)
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 KEEP_HEADS = 8  # schema parts a job matches records by (a record of another is searched for its payload)
@@ -91,6 +91,26 @@ def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, ta
             log(f"commit conflict (attempt {attempt} of {attempts}), recomputing: {str(e).splitlines()[0][:200]}",
                 table=table, event="commit-conflict", level="warning", attempt=attempt)
             sleep(0.2 * 2 ** attempt)
+
+
+def partition_stats(row) -> PartitionStats:
+    """One row of the batch's stats aggregation (`TableApplier._stats`) as a value."""
+    d = row.asDict()
+    return PartitionStats(
+        d["_partition"], d["first"], d["last"], d["records"], d["position"], d["source_ts_ms"], d["errors"] or 0,
+        d["deletes"] or 0, tuple((t["position"], t["ms"]) for t in d["truncates"] or ()),
+        frozenset(d.get("schemas") or ()), frozenset(d.get("buckets") or ()),
+        *(d.get(k) or 0 for k in ("placeholders", "moved_creates", "moved_deletes", "moved_adds", "moved_places")))
+
+
+def changes_of(data: DataFrame, step: Changes) -> DataFrame:
+    """The changes a step applies: those between its positions (the final one's tombstones too)."""
+    if step.before is not None:
+        data = data.where(F.col("_position") < step.before)
+    if step.after is not None:
+        later = F.col("_position") > step.after
+        data = data.where(later | (F.col("_op") == TOMBSTONE) if step.final else later)
+    return data
 
 
 class BatchTimer:
@@ -412,67 +432,38 @@ class TableApplier:
 
     def _apply(self, spark, table, batch: DataFrame, events: DataFrame, summary: dict | None,
                committed: dict[int, int], planned_end: dict[int, int], batch_id: int) -> None:
+        """The batch's stats, its plan (jobs/plan.py), then the plan's steps in order."""
         toast = tuple(c.name for c in toastable(self.columns, self.key))
         bucketing = self._bucketing(table)
         with self.timer.step("decode"):
-            stats = self._stats(events, bucketing, toast).collect()
+            stats = [partition_stats(row) for row in self._stats(events, bucketing, toast).collect()]
         if "_schema" in events.columns and {f for s in stats for f in s.schemas} - self.schemas.keys():
             raise UnseenSchema(self.name)
         events = events.drop("_schema")
-        if not stats:
-            # Nothing new (a re-run batch the table holds, or offsets without records): record
-            # the planned end so the table's offsets keep up with the checkpoint's.
-            ahead = {p: o for p, o in planned_end.items() if o > committed.get(p, 0)}
-            if ahead:
-                table.commit_summary_only(commits.summary_properties(
-                    self.topic, {**committed, **ahead}, batch_id, self.job, None, None, summary, self.topic_id),
-                    self._txn(batch_id))
+        target = Target(self.topic, self.topic_id, self.job, self.mode, toast, bucketing[0] if bucketing else None,
+                        committed, summary, self.schemas if self.registry is None else None)
+        plan = plan_batch(stats, target, batch_id, planned_end)
+        if plan is None:
             return
-        if any(s.errors for s in stats):
+        if plan.empty:
+            table.commit_summary_only(plan.props, self._txn(batch_id))
+            return
+        if plan.dead_letters:
             with self.timer.step("dead letters"):
-                self._dead_letters(spark, batch, events, sum(s.errors for s in stats), batch_id)
+                self._dead_letters(spark, batch, events, plan.dead_letters, batch_id)
             events = events.where(F.col("_error").isNull())
-        ranges = [commits.PartitionRange(s["_partition"], s.first, s.last) for s in stats]
-        positions = [s.position for s in stats if s.position]
-        ts = [s.source_ts_ms for s in stats if s.source_ts_ms is not None]
-        offsets = commits.merged_offsets(committed, ranges)
-        for p, o in planned_end.items():  # compacted topics leave gaps: the planned end is exact
-            offsets[p] = max(offsets.get(p, 0), o)
-        props = commits.summary_properties(self.topic, offsets, batch_id,
-                                           self.job, max(positions) if positions else None,
-                                           max(ts) if ts else None, summary, self.topic_id)
-        if self.registry is None and self.schemas:
-            props[commits.RECORD_SCHEMAS] = json.dumps({str(k): v for k, v in self.schemas.items()})
         crash_point("before-merge")
         self._forget_deletes(spark)
         names = tuple(c.name for c in self.columns)
-        buckets = None  # a small batch names its keys' buckets (a superset: dead letters, deletes, tombstones)
-        if bucketing and sum(s.records for s in stats) <= SMALL_BATCH_RECORDS:
-            found = tuple(sorted({b for s in stats for b in s.buckets}))
-            buckets = (bucketing[0], found) if found else None
-        truncates = sorted({(t.position, t.ms) for s in stats for t in s.truncates if t.position})
         data = events.where(~F.col("_op").isin("t", NON_DATA))
         persisted: list[DataFrame] = []
         try:
-            if truncates and self.mode != "upsert":
-                # History and soft_delete keep what a truncate ends: the changes before each
-                # truncate of the batch are applied first (position-guarded, so a re-run batch
-                # adds nothing), then the truncate, then the changes after it.
-                lower = None
-                for position, at_ms in truncates:
-                    segment = data.where(F.col("_position") < position)
-                    if lower:
-                        segment = segment.where(F.col("_position") > lower)
-                    self._apply_changes(spark, table, batch, segment, stats, props, names, toast, persisted,
-                                        batch_id, buckets, final=False)
-                    self._truncate(spark, table, position, at_ms)
-                    lower = position
-            elif truncates:  # upsert: what precedes the last truncate is gone
-                self._truncate(spark, table, *truncates[-1])
-            if truncates:
-                data = data.where((F.col("_op") == TOMBSTONE) | (F.col("_position") > truncates[-1][0]))
-            self._apply_changes(spark, table, batch, data, stats, props, names, toast, persisted, batch_id,
-                                buckets)
+            for step in plan.steps:
+                if isinstance(step, Truncate):
+                    self._truncate(spark, table, step.position, step.at_ms)
+                else:
+                    self._apply_changes(spark, table, batch, changes_of(data, step), stats, plan, names, toast,
+                                        persisted, batch_id, step.final)
         finally:
             for df in persisted:
                 df.unpersist()
@@ -508,20 +499,19 @@ class TableApplier:
             table.set_properties({TRUNCATED_AT: position})
         table.refresh()
 
-    def _apply_changes(self, spark, table, batch: DataFrame, events: DataFrame, stats: list, props: dict,
+    def _apply_changes(self, spark, table, batch: DataFrame, events: DataFrame, stats: list, plan: BatchPlan,
                        names: tuple[str, ...], toast: tuple[str, ...], persisted: list, batch_id: int,
-                       buckets: tuple[str, tuple[int, ...]] | None, final: bool = True) -> None:
+                       final: bool = True) -> None:
         """The batch's changes (or, `final` false, those before one of its truncates) in one
-        commit; only the final commit carries the batch's offsets and identity. `buckets`: see
-        merge_sql."""
+        commit; only the final commit carries the batch's offsets and identity."""
         remembered = self._remembered_deletes(spark, events)
         moved = None
-        if toast and unchanged.needs_resolution(stats):
+        if plan.key_changes:
             with self.timer.step("key changes"):
                 events, moved = unchanged.resolve_moves(
                     events, self.key, toast, self._stored(spark, table, toast), self._moved_rows(spark),
                     self.mode != "history", persisted)
-        if toast and any(s.placeholders for s in stats):
+        if plan.placeholders:
             with self.timer.step("unchanged values"):
                 events = self._set_aside_unknown(spark, table, batch, events, toast, remembered, persisted, batch_id)
         if self.mode == "history":  # every change is a version: no last change per key
@@ -537,7 +527,7 @@ class TableApplier:
         view = self._view("cdc_batch")
         changes.createOrReplaceTempView(view)
         deletes = None
-        if any(s.deletes for s in stats) and self.mode != "history":  # history keeps its own
+        if plan.deletes:
             # The memory takes the batch's delete events (persisted), not the last change per
             # key: a delete is remembered at its own position, so the dedupe runs once, in the MERGE.
             deletes = self._view("cdc_deletes")
@@ -545,12 +535,13 @@ class TableApplier:
                 events.withColumn("_moved", F.lit(None).cast("string")).createOrReplaceTempView(deletes)
             else:
                 events.join(moved, ["_partition", "_offset"], "left").createOrReplaceTempView(deletes)
-        before = self._commit(spark, table, view, deletes, props if final else None, toast, batch_id, buckets)
+        before = self._commit(spark, table, view, deletes, plan.props if final else None, toast, batch_id,
+                              plan.buckets)
         table.refresh()
         if not final:
             return
         if table.version() == before:
-            table.commit_summary_only(props, self._txn(batch_id))
+            table.commit_summary_only(plan.props, self._txn(batch_id))
         crash_point("after-commit")
         self._compact(spark, table)
         self._expire(spark, table)
