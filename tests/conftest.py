@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from cdc.cli.main import main as cdc_main
 from cdc.config import load_settings
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.sinks.catalog import load_catalog
+from cdc.waiting import poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -308,10 +308,8 @@ def _drop_leftovers(env: Env, prefix: str = "it_", keep: str | None = None) -> N
     for name in requests.get(f"{env.settings.connect_url}/connectors", timeout=10).json():
         if name.startswith(f"cdc-{prefix}") and name != f"cdc-{keep}":
             client.retire(name)
-    deadline = time.monotonic() + 60
-    while env.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s AND active AND slot_name <> %s",
-                  mine)[0][0] and time.monotonic() < deadline:
-        time.sleep(0.5)
+    poll_until(lambda: not env.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s AND active "
+                                   "AND slot_name <> %s", mine)[0][0], 60)
     env.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             "WHERE slot_name LIKE %s AND NOT active AND slot_name <> %s", mine)
     for (pub,) in env.sql("SELECT pubname FROM pg_publication WHERE pubname LIKE %s AND pubname <> %s", mine):
@@ -324,16 +322,15 @@ def _drop_leftovers(env: Env, prefix: str = "it_", keep: str | None = None) -> N
 def _cleanup(env: Env) -> None:
     client = ConnectClient(env.settings.connect_url)
     client.retire(connector_name(env.source))
-    deadline = time.monotonic() + 60
     slot = f"cdc_{env.source}"
-    while time.monotonic() < deadline:
+
+    def released() -> bool:
         rows = env.sql("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-        if not rows:
-            break
-        if not rows[0][0]:
+        if rows and not rows[0][0]:
             env.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
-            break
-        time.sleep(0.5)
+        return not rows or not rows[0][0]
+
+    poll_until(released, 60)
     env.sql(f'DROP PUBLICATION IF EXISTS "cdc_{env.source}"')
     env.sql(f'DROP SCHEMA IF EXISTS "{env.schema}" CASCADE')
     for ident in env.catalog.list_tables(env.schema) if env.schema in [n[0] for n in env.catalog.list_namespaces()] else []:

@@ -11,12 +11,12 @@ import fcntl
 import json
 import os
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from cdc.errors import Busy
 from cdc.log import log
+from cdc.waiting import poll_until
 
 RUNNING, STOPPED, FAILED, CAUGHT_UP, DEAD = "running", "stopped", "failed", "caught-up", "dead"
 HANDED_OVER = "handed-over"  # a continuous job lent the table to a command (bootstrap, replay, ...)
@@ -109,18 +109,19 @@ def _take(state_dir: Path, table: str, wait_s: float) -> None:
     request.write_text(json.dumps({"pid": os.getpid()}))
     log(f"asking the continuous job (pid {pid}) to hand the table over; it takes it back when this command ends",
         table=table, event="handover-asked", pid=pid)
-    end = time.monotonic() + wait_s
-    while True:
+
+    def acquired() -> bool:
         try:
             _acquire(state_dir, table)
-            return
+            return True
         except Busy:
-            if time.monotonic() >= end:
-                request.unlink(missing_ok=True)
-                raise Busy(f"table {table} is run by a continuous job (pid {pid}) that did not hand it over "
-                           f"within {wait_s:.0f} s", hint="check that job's log; or stop it, then run this again",
-                           table=table) from refused
-            time.sleep(0.2)
+            return False
+
+    if not poll_until(acquired, wait_s, 0.2):
+        request.unlink(missing_ok=True)
+        raise Busy(f"table {table} is run by a continuous job (pid {pid}) that did not hand it over "
+                   f"within {wait_s:.0f} s", hint="check that job's log; or stop it, then run this again",
+                   table=table) from refused
 
 
 def _holder(state_dir: Path, table: str) -> tuple[str, bool]:

@@ -40,6 +40,7 @@ from cdc.register.topics import end_offsets, existing_topics, offsets_at, tail_r
 from cdc.sinks.formats import open_table, shown_name, target_refs
 from cdc.sinks.session import get_session, make_active
 from cdc.sinks.targets import PROP_SNAPSHOT, check_owner, check_protection, table_columns
+from cdc.waiting import poll_until
 
 
 @dataclass(frozen=True)
@@ -574,9 +575,7 @@ class Supervisor:
 
     def pause(self, seconds: float) -> None:
         """Sleep, but no longer once a stop is requested."""
-        end = time.monotonic() + seconds
-        while not self.stopping and time.monotonic() < end:
-            time.sleep(min(0.5, end - time.monotonic()))
+        poll_until(lambda: self.stopping, seconds)
 
     def request_stop(self) -> None:
         """The stop signal's handler (jobs/shutdown.py): a flag the main loop reads; nothing

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import re
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from cdc.config.models import CONNECTOR_TEMPLATES, MIB, Settings, TableRegistrat
 from cdc.errors import ConfigError, ConnectorError, DependencyError
 from cdc.sources.mariadb import heartbeat_query
 from cdc.sources.postgres import publication_name, slot_name
+from cdc.waiting import poll_until
 
 AVRO_CONVERTER = "avro-converter.json"  # the converter keys of a source with `format: avro`
 DOWN = ("FAILED", "PAUSED", "STOPPED")  # connector and task states that capture nothing
@@ -302,9 +302,7 @@ class ConnectClient:
             self.resume(name)
         if any(d["state"] == "FAILED" for d in down):
             self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
-        deadline = time.monotonic() + timeout_s
-        while self.not_running(name) and time.monotonic() < deadline:
-            time.sleep(0.3)
+        poll_until(lambda: not self.not_running(name), timeout_s, 0.3)
 
     def delete(self, name: str) -> None:
         r = self._call("DELETE", f"/connectors/{name}")
@@ -326,18 +324,17 @@ class ConnectClient:
               tick: Callable[[], None] | None = None, failed_raises: bool = True) -> None:
         """Poll `done` until it holds (calling `tick` between polls); a failed task raises at
         once with its trace (unless not `failed_raises`)."""
-        deadline = time.monotonic() + timeout_s
-        while not done():
+        def between() -> None:
             if tick is not None:
                 tick()
             for t in (self.status(name) or {}).get("tasks", []) if failed_raises else []:
                 if t.get("state") == "FAILED":
                     raise ConnectorError(f"connector {name} task {t.get('id')} failed:\n{t.get('trace', '')[:3000]}")
-            if time.monotonic() > deadline:
-                raise ConnectorError(f"connector {name}: {what} after {timeout_s:.0f}s; "
-                                     f"committed offsets: {self.offsets(name)}",
-                                     hint="see the Connect worker's log (`cdc stack status` names it)")
-            time.sleep(interval_s)
+
+        if not poll_until(done, timeout_s, interval_s, between=between):
+            raise ConnectorError(f"connector {name}: {what} after {timeout_s:.0f}s; "
+                                 f"committed offsets: {self.offsets(name)}",
+                                 hint="see the Connect worker's log (`cdc stack status` names it)")
 
     def wait_task_config(self, name: str, key: str, value: str, timeout_s: float = 120) -> None:
         """Until the connector's tasks run with `key` = `value` (a config change restarts them)."""

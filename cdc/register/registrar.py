@@ -26,6 +26,7 @@ from cdc.sinks.formats import open_table, shown_name, target_refs
 from cdc.sinks.session import get_session
 from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
 from cdc.sources import module_of, password
+from cdc.waiting import poll_until
 
 
 MASK = "****"  # what a dry run shows of a password
@@ -524,13 +525,15 @@ def restart_capture(settings: Settings, source: str | None = None) -> None:
 def _settled(settings: Settings, client: ConnectClient, source: str) -> dict:
     """The source's capture once its tasks have run for SETTLE_S or one has failed again
     (or after RESTART_WAIT_S)."""
-    deadline = time.monotonic() + RESTART_WAIT_S
-    running_since = None
-    while True:
+    running_since, found = None, {}
+
+    def settled() -> bool:
+        nonlocal running_since, found
         found = source_capture(settings, source, client)
-        states = {found["state"], *(t["state"] for t in found["tasks"])}
         now = time.monotonic()
         running_since = (running_since or now) if found["capturing"] else None
-        if states & set(DOWN) or now > deadline or (running_since and now - running_since >= SETTLE_S):
-            return found
-        time.sleep(0.5)
+        return bool({found["state"], *(t["state"] for t in found["tasks"])} & set(DOWN)) or \
+            bool(running_since and now - running_since >= SETTLE_S)
+
+    poll_until(settled, RESTART_WAIT_S)
+    return found

@@ -12,12 +12,12 @@ no I/O."""
 from __future__ import annotations
 
 import struct
-import time
 from dataclasses import dataclass, field
 
 import psycopg
 
 from cdc.errors import ConnectorError, SourceError
+from cdc.waiting import poll_until
 
 
 @dataclass
@@ -96,12 +96,13 @@ def lsn_text(lsn: int) -> str:
 def peek(conn: psycopg.Connection, slot: str, publication: str, timeout_s: float = 60) -> list[Transaction]:
     """The transactions the slot still holds for the publication, once no process reads
     the slot (the connector's task has failed)."""
-    deadline = time.monotonic() + timeout_s
-    while conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone() == (True,):
-        if time.monotonic() > deadline:
-            raise SourceError(f"replication slot {slot} is still read by a process after {timeout_s:.0f}s",
-                              hint="stop the connector (`cdc capture restart` shows it), then run the command again")
-        time.sleep(0.5)
+    def unread() -> bool:
+        active = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        return active != (True,)
+
+    if not poll_until(unread, timeout_s):
+        raise SourceError(f"replication slot {slot} is still read by a process after {timeout_s:.0f}s",
+                          hint="stop the connector (`cdc capture restart` shows it), then run the command again")
     with conn.transaction(), conn.cursor(name="cdc_peek") as cur:  # read as it comes, not all at once
         cur.itersize = 1000
         cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "

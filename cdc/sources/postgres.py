@@ -11,6 +11,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError, SourceUnreachable
 from cdc.sources import no_key, password
 from cdc.sources.types import Column, check_columns, parse_lsn, postgres_column
+from cdc.waiting import poll_until
 
 
 def slot_name(settings: Settings, source: str) -> str:
@@ -316,16 +317,18 @@ def release_capture(conn: psycopg.Connection, settings: Settings, source: str, t
     """Once no table of the source is captured (its connector deleted): its replication
     slot, dropped as soon as no reader holds it (else it keeps WAL for ever), and its
     publication. Returns what was dropped, in words."""
-    import time
-
     slot, publication, dropped = slot_name(settings, source), publication_name(settings, source), []
-    deadline = time.monotonic() + timeout_s
-    while (state := slot_state(conn, slot)) is not None and state["active"]:
-        if time.monotonic() > deadline:
-            raise SourceError(f"replication slot {slot} of source {source!r} is still read by a process after "
-                              f"{timeout_s:.0f}s", hint=f"find it in pg_stat_replication, stop it, then run "
-                              f"SELECT pg_drop_replication_slot('{slot}')")
-        time.sleep(0.5)
+    state = None
+
+    def unread() -> bool:
+        nonlocal state
+        state = slot_state(conn, slot)
+        return state is None or not state["active"]
+
+    if not poll_until(unread, timeout_s):
+        raise SourceError(f"replication slot {slot} of source {source!r} is still read by a process after "
+                          f"{timeout_s:.0f}s", hint=f"find it in pg_stat_replication, stop it, then run "
+                          f"SELECT pg_drop_replication_slot('{slot}')")
     if state is not None:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
         dropped.append(f"replication slot {slot}")

@@ -6,11 +6,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from cdc.errors import StackError
+from cdc.waiting import poll_until
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -96,20 +96,15 @@ class Process:
     def wait_healthy(self, check: Callable[[], bool], timeout_s: float) -> None:
         """Poll `check` until it passes; fail with the log's tail if the process dies or
         the time runs out."""
-        deadline = time.monotonic() + timeout_s
-        delay = 0.2
-        while True:
-            if check():
-                return
+        def alive() -> None:
             if self.pid() is None:
                 raise StackError(f"{self.name} exited during start-up; last lines of {self.log_file}:\n"
                                  + tail(self.log_file))
-            if time.monotonic() > deadline:
-                raise StackError(f"{self.name} did not become healthy within {timeout_s:.0f}s; "
-                                 f"last lines of {self.log_file}:\n" + tail(self.log_file),
-                                 hint="raise stack.start_timeout_s in cdc.yaml if the machine is slow")
-            time.sleep(delay)
-            delay = min(delay * 1.5, 2.0)
+
+        if not poll_until(check, timeout_s, 0.2, between=alive, backoff=1.5):
+            raise StackError(f"{self.name} did not become healthy within {timeout_s:.0f}s; "
+                             f"last lines of {self.log_file}:\n" + tail(self.log_file),
+                             hint="raise stack.start_timeout_s in cdc.yaml if the machine is slow")
 
     def stop(self, timeout_s: float = 30) -> bool:
         pid = self.pid()
@@ -120,9 +115,7 @@ class Process:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + timeout_s
-        while self.pid() is not None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        poll_until(lambda: self.pid() is None, timeout_s, 0.2)
         if self.pid() is not None:
             try:
                 os.killpg(pid, signal.SIGKILL)

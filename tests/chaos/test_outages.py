@@ -18,6 +18,7 @@ from cdc.register.connector import ConnectClient, connector_name
 from cdc.sinks.session import spark_log
 from tests.compare import assert_equal, differences, source_rows, target_rows
 from tests.conftest import interrupt, start_driver
+from tests.eventually import eventually
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +98,10 @@ def test_broker_restart_under_a_running_job(oenv, stack, tmp_path):
         wait_for_line(proc, log, f"Kafka at {oenv.settings.kafka_bootstrap} is unreachable", timeout=60)
         connector_back(oenv, stack)
         oenv.wait_captured(down_txid)
-        deadline = time.monotonic() + 240
-        while differences(source_rows(oenv.dsn, s, "outage_k", ("id",)),
-                          target_rows(oenv.catalog, f"{s}.outage_k", ("id",))):
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "not equal 240s after the broker came back"
-            time.sleep(1)
+        eventually(lambda: not differences(source_rows(oenv.dsn, s, "outage_k", ("id",)),
+                                           target_rows(oenv.catalog, f"{s}.outage_k", ("id",))),
+                   "equal target after the broker came back", 240, 1, alive=lambda: proc.poll() is None,
+                   detail=lambda: log.read_text()[-3000:])
     finally:
         interrupt(proc)
         stack.up()
@@ -161,11 +160,8 @@ def test_catalog_unreachable_then_back(oenv, stack, tmp_path):
 
 
 def wait_for_line(proc, log, text: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert proc.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
+    eventually(lambda: text in log.read_text(), repr(text), timeout, alive=lambda: proc.poll() is None,
+               detail=lambda: log.read_text()[-3000:])
 
 
 def test_warehouse_unreadable_then_back(oenv, tmp_path):

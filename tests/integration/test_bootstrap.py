@@ -16,6 +16,7 @@ import psycopg
 from cdc.control.faults import ENV as CRASH_ENV
 from cdc.planning.bootstrap import PROPERTY, Bootstrap
 from tests.compare import assert_equal
+from tests.eventually import eventually
 
 
 def churn_until(env, table: str, stop: threading.Event, seed: int, first_new: int, keys: int) -> None:
@@ -158,12 +159,10 @@ def test_table_registered_and_bootstrapped_while_another_streams(it_env, tmp_pat
         it_env.transaction(f'INSERT INTO "{s}".steady VALUES (500, 5)', f'UPDATE "{s}".joiner SET v = \'late\' WHERE id < 10')
         it_env.replicate("joiner", it_env.marker())
         assert_equal(it_env.dsn, s, "joiner", it_env.catalog, f"{s}.joiner", ("id",))
-        deadline = time.monotonic() + 180
-        while differences(source_rows(it_env.dsn, s, "steady", ("id",)),
-                          target_rows(it_env.catalog, f"{s}.steady", ("id",))):
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the running table is not exact 180s after the changes"
-            time.sleep(1)
+        eventually(lambda: not differences(source_rows(it_env.dsn, s, "steady", ("id",)),
+                                           target_rows(it_env.catalog, f"{s}.steady", ("id",))),
+                   "exact running table after the changes", 180, 1, alive=lambda: proc.poll() is None,
+                   detail=lambda: log.read_text()[-3000:])
         assert proc.poll() is None, log.read_text()[-3000:]  # it never stopped
     finally:
         interrupt(proc)

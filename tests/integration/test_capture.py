@@ -5,7 +5,6 @@ brought back by `cdc register`."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import requests
@@ -15,6 +14,7 @@ from cdc.jobs import metrics
 from cdc.jobs.runner import watch_capture
 from cdc.register.connector import ConnectClient, connector_name
 from tests.conftest import _cleanup, postgres_env
+from tests.eventually import eventually
 
 MIB = 1024 * 1024
 
@@ -59,13 +59,13 @@ def set_limit(env, limit: int) -> None:
 def wait_state(env, state: str, timeout_s: float = 90) -> dict:
     """Until the source's connector or a task reports `state`; the status then."""
     client, name = ConnectClient(env.settings.connect_url), connector_name(env.source)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def reached() -> dict | None:
         found = client.status(name) or {}
-        if state in [found.get("connector", {}).get("state")] + [t.get("state") for t in found.get("tasks", [])]:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"connector {name} never {state}: {client.status(name)}")
+        states = [found.get("connector", {}).get("state")] + [t.get("state") for t in found.get("tasks", [])]
+        return found if state in states else None
+
+    return eventually(reached, f"connector {name} {state}", timeout_s, detail=lambda: str(client.status(name)))
 
 
 def reports(env, capsys, name: str) -> tuple[dict, str, int, dict]:

@@ -9,7 +9,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import requests
 
 from cdc.sinks.session import LOG_CONFIG
 from tests.conftest import ROOT, _cleanup, free_port, postgres_env, tail, wait_or_kill
+from tests.eventually import eventually
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ROWS = 500
@@ -43,18 +43,15 @@ class Cluster:
     def wait(self, what: str, ready, timeout: float = 90) -> dict:
         """Poll the master's JSON until `ready(state)`; fail with the daemons' logs if a
         daemon exits or the time runs out."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for name, (proc, _) in self.procs.items():
-                assert proc.poll() is None, f"the {name} exited ({proc.returncode}) waiting for {what}:\n{self.logs()}"
+        def state() -> dict | None:
             try:
-                state = self.state(self.master_ui)
-                if ready(state):
-                    return state
+                found = self.state(self.master_ui)
             except requests.RequestException:
-                pass  # the master's UI is not up yet
-            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.logs()}"
-            time.sleep(0.2)
+                return None  # the master's UI is not up yet
+            return found if ready(found) else None
+
+        return eventually(state, what, timeout, 0.2, detail=self.logs,
+                          alive=lambda: all(proc.poll() is None for proc, _ in self.procs.values()))
 
     def start(self, name: str, *args: str) -> None:
         log = self.work / f"{name}.log"

@@ -10,13 +10,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from cdc.control.commits import parse_offsets
 from cdc.control.faults import ENV as CRASH_ENV
 from tests.compare import assert_equal
+from tests.eventually import eventually
 
 
 def cdc_process(env, table: str, crash: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -204,10 +204,7 @@ def test_recreated_topic_is_detected_not_consumed(fenv, capsys):
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.delete_topics([topic]).values():
         fut.result(30)
-    deadline = time.monotonic() + 60
-    while topic in existing_topics(bootstrap):  # deletion completes asynchronously
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    eventually(lambda: topic not in existing_topics(bootstrap), f"deletion of {topic}", 60, 0.2)  # asynchronous
     ensure_topics(bootstrap, [topic], fenv.settings.kafka)
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(before[-1] + 5):  # the new topic grows past the old offsets: they do not go backwards

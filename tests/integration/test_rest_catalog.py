@@ -14,7 +14,6 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -35,6 +34,7 @@ from cdc.sources.types import Column
 from cdc.stack.manager import Stack
 from cdc.stack.process import java
 from tests.conftest import _cleanup, _drop_leftovers, free_port, postgres_env, start_driver, tail, wait_or_kill
+from tests.eventually import eventually
 
 SERVER_HEAP = "256m"
 READY_S = 90
@@ -83,17 +83,15 @@ def rest_catalog_server(settings, work: Path, warehouse: str, extra_env: dict):
                                 env=env, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + READY_S
-        while True:
-            assert proc.poll() is None, f"the REST catalog server exited ({proc.returncode}):\n{tail(log)}"
+        def ready() -> bool:
             try:
                 r = requests.get(f"{uri}/v1/config", timeout=2)
-                if r.status_code == 200 and "overrides" in r.json():
-                    break
             except requests.RequestException:
-                pass  # not listening yet
-            assert time.monotonic() < deadline, f"the REST catalog server is not ready after {READY_S}s:\n{tail(log)}"
-            time.sleep(0.3)
+                return False  # not listening yet
+            return r.status_code == 200 and "overrides" in r.json()
+
+        eventually(ready, "the REST catalog server ready", READY_S, 0.3, alive=lambda: proc.poll() is None,
+                   detail=lambda: tail(log))
         yield uri
     finally:
         try:

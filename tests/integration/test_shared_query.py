@@ -5,7 +5,6 @@ it again once it runs."""
 from __future__ import annotations
 
 import json
-import time
 
 import yaml
 from confluent_kafka import Producer
@@ -13,6 +12,7 @@ from confluent_kafka import Producer
 from cdc.config.clients import kafka_access
 from cdc.control.commits import parse_offsets
 from tests.conftest import end_offset, interrupt, start_driver, tail, wait_or_kill
+from tests.eventually import eventually
 
 
 def shared_config(env, tmp_path):
@@ -42,24 +42,24 @@ def change(env, table: str, i: int) -> None:
 
 
 def wait_line(proc, log_path, text: str, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in log_path.read_text():
-        assert time.monotonic() < deadline and proc.poll() is None, tail(log_path)
-        time.sleep(0.5)
+    eventually(lambda: text in log_path.read_text(), repr(text), timeout_s, alive=lambda: proc.poll() is None,
+               detail=lambda: tail(log_path))
 
 
 def wait_equal(env, tables, proc, log_path, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    last = [""]
+
+    def equal() -> bool:
         try:
             for t in tables:
                 env.assert_equal(t)
-            return
-        except AssertionError:
-            assert proc.poll() is None, f"the job ended ({proc.returncode}):\n{tail(log_path)}"
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+            return True
+        except AssertionError as e:
+            last[0] = str(e)
+            return False
+
+    eventually(equal, "equal targets", timeout_s, 1, alive=lambda: proc.poll() is None,
+               detail=lambda: f"{last[0]}\n{tail(log_path)}")
 
 
 def test_one_query_applies_only_the_tables_with_changes_each_with_its_offsets(it_env, tmp_path, capsys):

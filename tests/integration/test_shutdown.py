@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from cdc.control.commits import BATCH_ID, JOB, parse_offsets
 from cdc.control.faults import ENV as CRASH_ENV
 from tests.conftest import end_offset, start_driver
+from tests.eventually import eventually
 
 TABLES = ("stop_term", "stop_int", "stop_kill")
 
@@ -42,13 +42,13 @@ def backlog(env, table: str) -> None:
 
 def jvm_of(pid: int, deadline_s: float = 120) -> int:
     """The driver's JVM: its child running java (polled until Spark has started it)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+    def child() -> int | None:
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit() and _ppid(entry) == pid and b"java" in _read(entry / "cmdline").split(b"\0")[0]:
                 return int(entry.name)
-        time.sleep(0.2)
-    raise AssertionError(f"no JVM child of driver {pid} after {deadline_s}s")
+        return None
+
+    return eventually(child, f"JVM child of driver {pid}", deadline_s, 0.2)
 
 
 def _read(path: Path) -> bytes:
@@ -79,11 +79,8 @@ def commits(env, table: str) -> list[tuple[int, str, str]]:
 
 
 def wait_for(condition, what: str, proc, log: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, f"cdc run exited before {what}:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"no {what} after {timeout}s:\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
+    eventually(condition, what, timeout, 0.2, alive=lambda: proc.poll() is None,
+               detail=lambda: log.read_text()[-3000:])
 
 
 def kill(proc) -> None:
@@ -150,8 +147,6 @@ def test_sigkill_of_the_group_leaves_no_jvm(senv, tmp_path):
         wait_for(lambda: " applied in " in log.read_text(), "batch applied", proc, log)
     finally:
         kill(proc)
-    deadline = time.monotonic() + 60  # the JVM exits when its standard input, a pipe from the driver, closes
-    while alive(jvm):
-        assert time.monotonic() < deadline, f"the driver's JVM {jvm} outlived a SIGKILL of its group by 60s"
-        time.sleep(0.2)
+    # The JVM exits when its standard input, a pipe from the driver, closes.
+    eventually(lambda: not alive(jvm), f"end of the driver's JVM {jvm} after a SIGKILL of its group", 60, 0.2)
     check_exact(senv, "stop_kill", before)

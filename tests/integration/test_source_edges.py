@@ -8,6 +8,7 @@ import time
 import psycopg
 
 from cdc.sources.postgres import publication_name
+from tests.eventually import eventually
 
 
 def doctor(env, capsys, table: str) -> dict[str, dict]:
@@ -252,10 +253,7 @@ def assert_stopped_naming_the_way_back(env, capsys, poisoned: str, bystander: st
     from cdc.register.connector import ConnectClient, connector_name
 
     client, connector = ConnectClient(env.settings.connect_url), connector_name(env.source)
-    deadline = time.monotonic() + 120
-    while not client.not_running(connector):
-        assert time.monotonic() < deadline, "the connector kept running"
-        time.sleep(0.5)
+    eventually(lambda: client.not_running(connector), "stop of the connector", 120)
     capsys.readouterr()
     assert env.cdc("status", "--check", "--table", f"{env.schema}.{bystander}") == 3
     out = capsys.readouterr().out
