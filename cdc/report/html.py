@@ -100,6 +100,11 @@ def chart(points: list[dict]) -> str:
     return "".join(out) + legend
 
 
+def _reason(reason: str | None) -> str:
+    """Why a table could not be compared (a registration that does not load, a stopped capture)."""
+    return f"<p class=reason>{escape(reason)}</p>" if reason else ""
+
+
 def _deep(found: dict | None) -> str:
     if found is None:
         return ""
@@ -130,7 +135,8 @@ def format_html(rows: list[dict], history: dict[str, list[dict]]) -> str:
         f"<td class='l pos'>{_num(r['target_position'])}</td><td class='l ts'>{_time(r['source_commit_time'])}</td></tr>"
         for r in rows)
     cards = "".join(
-        f'<div class="card"><h2>{escape(r["table"])} {_badge(r["status"])}</h2>{_deep(r.get("deep"))}'
+        f'<div class="card"><h2>{escape(r["table"])} {_badge(r["status"])}</h2>{_reason(r.get("reason"))}'
+        f'{_deep(r.get("deep"))}'
         f'{chart(history.get(r["table"], []))}</div>' for r in rows)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>cdc reconciliation</title>"
             f"<style>{STYLE}</style></head><body><h1>cdc reconciliation report</h1>"

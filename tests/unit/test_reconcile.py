@@ -73,3 +73,15 @@ def test_html_table_fits_a_narrow_page():
     page = format_html([row], {})
     assert "<div class=wide><table>" in page  # scrolls by itself, never the page
     assert "2026-11-23 17:41:25Z" in page and ".123000" not in page  # to the second, in UTC
+
+
+def test_html_report_says_why_a_table_was_not_compared(tmp_path):
+    from cdc.config.loader import InvalidRegistration
+    from cdc.errors import ConfigError
+    from cdc.report.html import format_html
+    from cdc.report.reconcile import INVALID, invalid_row
+
+    bad = InvalidRegistration("shop.<bad>", tmp_path / "bad.yaml", ConfigError("key: <x> is no column"))
+    row = {**invalid_row(bad), "checked_at": "2026-11-23T17:41:25Z"}
+    page = format_html([row], {})
+    assert row["status"] == INVALID and "its registration does not load: key: &lt;x&gt; is no column" in page
