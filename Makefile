@@ -28,7 +28,7 @@ $(VENV)/.stamp: pyproject.toml
 	@touch $@
 
 $(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom.xml jvm/registry/pom.xml jvm/rest/pom.xml jvm/settings.xml \
-		jvm/transforms/pom.xml $(wildcard jvm/transforms/src/main/java/cdc/connect/*.java)
+		debezium/transforms/pom.xml $(wildcard debezium/transforms/src/main/java/cdc/connect/*.java)
 	rm -rf $(JARS)/spark  # a version no longer pinned must not stay on Spark's classpath
 	$(MVN) package
 	@touch $@

@@ -297,8 +297,10 @@ class ConnectSettings(HttpAccess):
 
 # The local stack's registry (Apicurio): its Confluent-compatible API and its own.
 REGISTRY_CONFLUENT_API, REGISTRY_NATIVE_API = "/apis/ccompat/v7", "/apis/registry/v2"
-# The Debezium connector templates cdc ships (package data): the default of `debezium_dir`.
-CONNECTOR_TEMPLATES = Path(__file__).resolve().parents[1] / "register" / "templates"
+# The Debezium side of cdc (debezium/ beside the cdc package, in the repository and as
+# installed): the connector templates it ships are the default of `debezium_dir`.
+DEBEZIUM = Path(__file__).resolve().parents[2] / "debezium"
+CONNECTOR_TEMPLATES = DEBEZIUM / "connectors"
 
 
 class SchemaRegistrySettings(HttpAccess):
@@ -677,7 +679,7 @@ class Settings(Frozen):
         None,
         description="A directory of Debezium connector templates (`<kind>-connector.json`, "
                     "`avro-converter.json`) that replaces all of the ones cdc ships. Unset: cdc's own, "
-                    "cdc/register/templates.")
+                    "debezium/connectors.")
 
     @field_validator("sources")
     @classmethod

@@ -1,7 +1,7 @@
 """Columns that never reach the lake in clear. An excluded column is left out by the
 connector (`column.exclude.list`) and has no target column; a masked one is stored as
 HMAC-SHA256(key, its target value as Spark's text), in hex, hashed by the connector
-(MaskColumns, jvm/transforms) so Kafka never holds it in clear; what the connector did not
+(MaskColumns, debezium/transforms) so Kafka never holds it in clear; what the connector did not
 hash (an array, a change from before the transformation) is hashed by Spark expressions
 before any write."""
 from __future__ import annotations

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import shutil
 
-from cdc.config.models import Settings
+from cdc.config.models import DEBEZIUM, Settings
 from cdc.sinks.catalog import local_dirs, pyiceberg_properties
-from cdc.stack.kafka import SASL_MECHANISM, SASL_USER, TEMPLATES, Connect, Kafka
+from cdc.stack.kafka import SASL_MECHANISM, SASL_USER, Connect, Kafka
 from cdc.stack.mariadb import MariaDB
 from cdc.stack.postgres import Postgres
 from cdc.stack.registry import SchemaRegistry
@@ -22,7 +22,7 @@ class Stack:
         self.registry = SchemaRegistry(state, cache, s.registry_port or 0, s.registry_heap, s.start_timeout_s)
         self.kafka = Kafka(state, cache, s.kafka_port, s.kafka_controller_port, s.kafka_heap, s.start_timeout_s,
                            settings.kafka.max_record_bytes, s.kafka_sasl_port)
-        self.connect = Connect(state, cache, TEMPLATES / "connect-worker.properties",
+        self.connect = Connect(state, cache, DEBEZIUM / "connect-worker.properties",
                                s.connect_port, self.kafka, s.connect_heap, s.start_timeout_s)
 
     def up(self) -> None:

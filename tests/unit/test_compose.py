@@ -202,8 +202,8 @@ def test_connect_has_the_avro_converter_of_jvm():
     mount = mounts["apicurio-avro-converter"]
     assert (ROOT / mount["source"]).resolve() == fetched.resolve()
     assert Path(mount["target"]).parent == Path("/kafka/connect") and mount["read_only"]
-    # cdc's MaskColumns, where jvm/transforms/pom.xml builds it
-    transforms = ET.parse(ROOT / "jvm" / "transforms" / "pom.xml").getroot()
+    # cdc's MaskColumns, where debezium/transforms/pom.xml builds it
+    transforms = ET.parse(ROOT / "debezium" / "transforms" / "pom.xml").getroot()
     built = next(transforms.iter(f"{POM}outputDirectory")).text.replace("${cdc.cache}", DOCKER["jars_dir"])
     assert (ROOT / mounts["cdc-transforms"]["source"]).resolve() == (ROOT / built).resolve()
     assert "cdc.connect.MaskColumns" in health

@@ -20,7 +20,7 @@ def settings(tmp_path: Path, kind: str = "postgresql", connect: dict | None = No
     return Settings(root=tmp_path, stack={"state_dir": str(tmp_path / "state")}, connect=connect or {},
                     kafka=KafkaSettings(bootstrap_servers="b1:9094", security=KafkaSecurity(**security)),
                     sources={"src": SourceSettings(kind=kind, database="shop", user="cdc", password="x")},
-                    debezium_dir=ROOT / "cdc" / "register" / "templates")
+                    debezium_dir=ROOT / "debezium" / "connectors")
 
 
 SCRAM = dict(protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", username="cdc", password_file="kafka.password",
