@@ -357,6 +357,11 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
         kind.ensure_signal_table(conn, src.signal_table)
         partition_roots(settings, kind, conn, source, config)
         ensure_topics(kafka_access(settings), [topic_for(source, t) for t in tables], settings.kafka)
+        pending = (iceberg.snapshot_pending(catalog, [t for t in tables if t.sink == "iceberg"])
+                   + delta.snapshot_pending(settings, [t for t in tables if t.sink == "delta"]))
+        by_debezium = [t for t in pending if t.snapshot == "initial"]
+        # Its topics counted before the new config starts a snapshot: what it adds is all it sends.
+        progress = SnapshotProgress(settings, kind, conn, by_debezium if wait_snapshot else [])
         down = client.not_running(name)
         client.put_config(name, config)
         _restart(client, name, down)  # what the new config did not restart already
@@ -369,10 +374,6 @@ def _register_source(settings: Settings, client: ConnectClient, source: str, tab
             if previous is None or down:
                 raise
             _roll_back(settings, client, kind, conn, source, previous, e)
-        pending = (iceberg.snapshot_pending(catalog, [t for t in tables if t.sink == "iceberg"])
-                   + delta.snapshot_pending(settings, [t for t in tables if t.sink == "delta"]))
-        by_debezium = [t for t in pending if t.snapshot == "initial"]
-        progress = SnapshotProgress(settings, kind, conn, by_debezium if wait_snapshot else [])
         if wait_snapshot:  # the connector's initial snapshot (of the tables that take one)
             client.wait_streaming(name, timeout_s=SNAPSHOT_WAIT_S, tick=progress.tick if previous is None else None)
         if previous is not None and by_debezium:  # its initial snapshot is behind it: fill these incrementally
