@@ -56,7 +56,7 @@ from pathlib import Path
 from bench import apply, avro, backlog, bootstrap, chart, freshness, maintenance, peers, steady, systems, tables
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.session import get_session
 from cdc.stack.manager import Stack

@@ -7,7 +7,7 @@ from bench import ladder
 from bench.ladder import ONE_BATCH
 from bench.workload import Events, changes, fill, produce, registration, timed
 from cdc.jobs import metrics
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 
 
 SMALL_BATCH = 1_000  # changes in the batch whose fixed cost is measured

@@ -13,7 +13,7 @@ import fastavro
 from bench.ladder import ONE_BATCH
 from bench.workload import Events, changes, fill, produce, recorded_update, registration, timed
 from cdc.decoding.avro import SchemaRegistry
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 
 AVRO_SOURCE = "bench_avro"  # the first source again, its connector writing Avro through the schema registry
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.workload import Events, changes, fill, jvm_pid, produce, registration, timed
 from cdc.control import commits
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 
 
 def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict,

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from cdc.config.clients import kafka_access
 from bench.workload import create_source_table, drop_target, registration
 from cdc.control import commits
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import register
 from cdc.register.topics import end_offsets, watermarks

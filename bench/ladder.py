@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 
 from bench.workload import fill, registration, timed
 from cdc.jobs.apply import TableApplier
-from cdc.jobs.runner import open_target, stream_query
+from cdc.jobs.queries import Queries
+from cdc.jobs.targets import open_target
 from cdc.planning.sql import q
 
 ONE_BATCH = {"max_offsets_per_trigger": 2 ** 31 - 1}  # a backlog measured as one batch, whatever the automatic cap
@@ -73,8 +74,9 @@ def rung_s(spark, settings, catalog, template, topic: str, rung: str, rows: int 
     shutil.rmtree(parquet_dir(checkpoint), ignore_errors=True)
     session = spark.newSession()
     target = open_target(session, settings, reg)
-    return timed(lambda: stream_query(session, settings, reg, target, checkpoint, {"startingOffsets": "earliest"},
-                                      available_now=True, applier_type=RUNGS[rung]).awaitTermination())
+    queries = Queries(session, settings)
+    return timed(lambda: queries.stream(session, reg, target, checkpoint, {"startingOffsets": "earliest"},
+                                       available_now=True, applier_type=RUNGS[rung]).awaitTermination())
 
 
 def figures(events: int, seconds: dict[str, float]) -> dict:

@@ -6,7 +6,7 @@ from pyspark.sql import functions as F
 
 from bench.workload import Events, changes, fill, produce, registration, timed
 from cdc.jobs.maintenance import maintain, table_files
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 from cdc.planning.merge import table_ref
 
 

@@ -17,7 +17,7 @@ from bench.freshness import Driver, commit_times, latencies, wait_applied
 from bench.tables import compiler_seconds, cpu_seconds
 from bench.workload import Events, changes, fill, jvm_pid, registration
 from cdc.config.clients import kafka_access
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 from cdc.register.topics import end_offsets
 
 ROWS = 1_000

@@ -28,7 +28,7 @@ from confluent_kafka import Producer
 from bench.freshness import Driver, commit_times, latencies, wait_applied
 from bench.workload import WIDTHS, Events, changes, fill, jvm_pid, record_template, registration, template_name
 from cdc.config.clients import kafka_access
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 from cdc.register.topics import end_offsets
 
 TICK_S = 0.1

@@ -87,7 +87,7 @@ def run_cdc(settings, topic: str, events: int, expected: dict) -> peers.Run:
     """cdc itself on the same topic: `run(..., available_now=True)` into an empty Iceberg
     target. Its start-up is the Spark session's start and the target's creation."""
     from bench.workload import fill
-    from cdc.jobs.runner import run
+    from cdc.jobs.supervisor import run
     from cdc.sinks.catalog import load_catalog
     from cdc.sinks.session import get_session
 

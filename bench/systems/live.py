@@ -134,7 +134,7 @@ class Feed:
 
 def run_cdc(settings, catalog, name: str, options: dict, feed: Feed) -> Live:
     """cdc following the topic (`run(..., available_now=False)`) into an empty Iceberg target."""
-    from cdc.jobs.runner import run
+    from cdc.jobs.supervisor import run
     from cdc.sinks.session import get_session
 
     reg = registration(settings, f"live_{name}", **options)

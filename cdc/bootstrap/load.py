@@ -27,7 +27,8 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits, jobstate
 from cdc.control.faults import crash_point
 from cdc.errors import ConfigError, DependencyError
-from cdc.jobs.runner import load_target, run
+from cdc.jobs.supervisor import run
+from cdc.jobs.targets import load_target
 from cdc.log import log
 from cdc.planning.bootstrap import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNING, START, Bootstrap, SourceSnapshot,
                                 chunk_count, plan_chunks)

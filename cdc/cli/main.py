@@ -131,7 +131,7 @@ def _capture(args) -> int:
 
 
 def _run(args) -> int:
-    from cdc.jobs.runner import run
+    from cdc.jobs.supervisor import run
 
     settings = load_settings(args.config)
     bad: list = []
@@ -153,7 +153,7 @@ def _run(args) -> int:
 
 
 def _replay(args) -> int:
-    from cdc.jobs.runner import replay
+    from cdc.jobs.replay import replay
 
     settings = load_settings(args.config)
     reg = _one_table(settings, args.table, "replay")

@@ -46,7 +46,7 @@ KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is 
 KEEP_HEADS = 8  # schema parts a job matches records by (a record of another is searched for its payload)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
 SMALL_FILE_BYTES = 1 << 20  # a running job rewrites data files under this size (`compact_every_files`)
-WAIT = "wait"  # the timer's step of a batch's wait for a slot (runner.BatchSlots), before it is applied
+WAIT = "wait"  # the timer's step of a batch's wait for a slot (slots.BatchSlots), before it is applied
 WAIT_SHOWN_S = 0.01  # ... recorded from this long on
 POOLS = 40  # size classes of batches (`size_pool`): 2**39 records and more share the first
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
@@ -216,7 +216,7 @@ class TableApplier:
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0) -> None:
-        """Apply a batch, after it waited `waited_s` for a slot (runner.BatchSlots)."""
+        """Apply a batch, after it waited `waited_s` for a slot (slots.BatchSlots)."""
         spark = batch.sparkSession
         self.timer = BatchTimer()
         if waited_s >= WAIT_SHOWN_S:

@@ -82,7 +82,7 @@ class SharedBatch:
         self.appliers, self.read, self.checkpoint, self.slots, self.cap = appliers, read, checkpoint, slots, cap
         self.clock = clock
         self.topics = {name: applier.topic for name, applier in appliers.items()}
-        self.sessions: dict = {}  # each table's SparkSession, for `read` (runner.shared_query)
+        self.sessions: dict = {}  # each table's SparkSession, for `read` (queries.Queries.start_shared)
         first = {topic: {int(p): o for p, o in parts.items() if o >= 0} for topic, parts in json.loads(start).items()}
         self.subscribed = set(first)
         self.next = {name: dict(first.get(topic, {})) for name, topic in self.topics.items()}  # its next read's start

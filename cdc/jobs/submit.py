@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 if __name__ == "__main__":
-    # Python puts this script's directory first on the path, where runner.py, metrics.py...
+    # Python puts this script's directory first on the path, where metrics.py, shutdown.py...
     # would shadow top-level modules of the same name: the package is imported as `cdc`.
     if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
         sys.path.pop(0)

@@ -168,7 +168,7 @@ def _deep_compare(settings: Settings, limit: int):
     target at the counted snapshot, in Spark."""
     from cdc.bootstrap import jdbc
     from cdc.planning.bootstrap import Chunk
-    from cdc.jobs.runner import load_target
+    from cdc.jobs.targets import load_target
     from cdc.sinks.session import get_session
     from cdc.report import deep
     from cdc.planning.protect import mask_columns

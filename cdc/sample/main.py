@@ -10,7 +10,7 @@ import psycopg
 
 from cdc.config import load_settings, load_tables
 from cdc.errors import CdcError
-from cdc.jobs.runner import run
+from cdc.jobs.supervisor import run
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.register.registrar import register
 from cdc.report import history

@@ -11,7 +11,7 @@ import requests
 import yaml
 
 from cdc.jobs import metrics
-from cdc.jobs.runner import watch_capture
+from cdc.jobs.watchers import watch_capture
 from cdc.register.connector import ConnectClient, connector_name
 from tests.conftest import _cleanup, postgres_env
 from tests.eventually import eventually

@@ -5,27 +5,29 @@ from __future__ import annotations
 import time
 
 
-def test_a_query_failing_while_the_job_runs_is_seen_and_started_again(spark, tmp_path, monkeypatch):
+def test_a_query_failing_while_the_job_runs_is_seen_and_started_again(spark, tmp_path):
     from cdc.config.models import Settings, SparkSettings, StackSettings, TableRegistration
-    from cdc.jobs import runner
+    from cdc.jobs.queries import Queries
+    from cdc.jobs.supervisor import Supervisor
 
     starts = []
 
-    def start_query(session, settings, reg, available_now, tables=1):
-        starts.append(session)
+    def each(df, batch_id):
+        if len(starts) == 1:  # the first query fails at its first batch, as Kafka timing out would
+            raise RuntimeError("org.apache.kafka.common.errors.TimeoutException: fetch timed out")
 
-        def each(df, batch_id):
-            if len(starts) == 1:  # the first query fails at its first batch, as Kafka timing out would
-                raise RuntimeError("org.apache.kafka.common.errors.TimeoutException: fetch timed out")
+    class Starter(Queries):
+        """The job's queries, each a rate source's in the job's session."""
 
-        return (session.readStream.format("rate").load().writeStream.foreachBatch(each)
-                .option("checkpointLocation", str(tmp_path / f"checkpoint{len(starts)}")).start())
+        def start_table(self, reg, available_now, tables=1):
+            starts.append(reg.name)
+            return (self.spark.readStream.format("rate").load().writeStream.foreachBatch(each)
+                    .option("checkpointLocation", str(tmp_path / f"checkpoint{len(starts)}")).start())
 
-    monkeypatch.setattr(runner, "start_query", start_query)
-    monkeypatch.setattr(runner, "read_lag", lambda *args, **kwargs: None)
     settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=60))
     table = TableRegistration(name="s.t", source={"name": "pg", "schema": "s", "table": "t"})
-    sup = runner.Supervisor(spark, settings, [table], available_now=False, sleep=lambda s: None)
+    sup = Supervisor(spark, settings, [table], available_now=False, sleep=lambda s: None,
+                     starter=Starter(spark, settings), lag=lambda *args, **kwargs: None)
     sup.start_all()
     try:
         deadline = time.monotonic() + 120

@@ -84,10 +84,10 @@ def project(tmp_path, monkeypatch):
 
 
 def test_table_selections_reach_the_command(project, monkeypatch):
-    import cdc.jobs.runner
+    import cdc.jobs.supervisor
 
     seen = []
-    monkeypatch.setattr(cdc.jobs.runner, "run", lambda settings, tables, available_now: seen.append(
+    monkeypatch.setattr(cdc.jobs.supervisor, "run", lambda settings, tables, available_now: seen.append(
         [t.name for t in tables]))
     assert main(["run", "--table", "shop.*", "--table", "crm.people"]) == 0
     assert main(["run", "--available-now"]) == 0
@@ -97,10 +97,10 @@ def test_table_selections_reach_the_command(project, monkeypatch):
 
 def test_commands_on_one_table_refuse_several(project, capsys, monkeypatch):
     import cdc.bootstrap.load
-    import cdc.jobs.runner
+    import cdc.jobs.replay
 
     monkeypatch.setattr(cdc.bootstrap.load, "bootstrap", lambda *a, **k: pytest.fail("bootstrapped"))
-    monkeypatch.setattr(cdc.jobs.runner, "replay", lambda *a, **k: pytest.fail("replayed"))
+    monkeypatch.setattr(cdc.jobs.replay, "replay", lambda *a, **k: pytest.fail("replayed"))
     for argv in (["bootstrap", "--yes", "--table", "shop.orders", "--table", "shop.lines"],
                  ["bootstrap", "--yes", "--table", "shop.*"], ["replay", "--from-earliest", "--table", "*"]):
         assert main(argv) == 2, argv

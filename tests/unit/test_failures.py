@@ -6,7 +6,7 @@ import pytest
 from cdc.config.models import Settings, SparkSettings
 from cdc.errors import ApplyError, DependencyError
 from cdc.jobs.failures import diagnose
-from cdc.jobs.runner import Supervisor
+from cdc.jobs.supervisor import Supervisor
 
 CATALOG_GONE = ("[REQUIRES_SINGLE_PART_NAMESPACE] spark_catalog requires a single-part namespace, but got "
                 "`lake`.`shop`. SQLSTATE: 42K05")

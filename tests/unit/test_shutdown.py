@@ -12,7 +12,7 @@ import pytest
 from cdc.cli import main as cli
 from cdc.errors import ApplyError, Interrupted
 from cdc.jobs import shutdown
-from cdc.jobs.runner import BatchGate, BatchSlots
+from cdc.jobs.slots import BatchGate, BatchSlots
 from tests.unit.test_supervisor import Clock
 
 

@@ -3,7 +3,7 @@ import pytest
 from cdc.config.models import Settings, SparkSettings
 from cdc.errors import ApplyError, DependencyError
 from cdc.jobs.failures import diagnose
-from cdc.jobs.runner import Supervisor
+from cdc.jobs.supervisor import Supervisor
 
 
 class Clock:
@@ -92,22 +92,54 @@ class FakeQuery:
         self.isActive = False
 
 
-def isolated(tmp_path, monkeypatch, outcomes: dict):
-    """A supervisor of the tables in `outcomes` (name -> what starting its query does), each
-    in a query of its own (a test of shared queries sets `groups`)."""
-    from cdc.config.models import StackSettings, TableRegistration
-    from cdc.jobs import runner
+class Starter:
+    """The supervisor's Queries (jobs/queries.py) without Spark: starting a table's query does
+    what `outcomes` says (a query, or an error raised; a list: one at each start), a shared
+    query's start returns what `shared` makes of its members, and a target opens as `opens`
+    says. It records the tables started and the shared queries' members and checkpoints."""
 
-    def start_query(spark, settings, reg, available_now, tables=1):
-        outcome = outcomes[reg.name].pop(0) if isinstance(outcomes[reg.name], list) else outcomes[reg.name]
+    def __init__(self, outcomes: dict, tmp_path, shared=None, opens=lambda reg: object()):
+        self.outcomes, self.tmp_path, self.opens = outcomes, tmp_path, opens
+        self.shared = shared or (lambda members, away: (FakeQuery(), FakeBatch({}, tmp_path)))
+        self.started: list[str] = []  # tables whose own query started
+        self.members: list[list[str]] = []  # each shared query's tables, as it started
+        self.away: list[tuple] = []  # the topics each shared query read for tables away
+        self.checkpoints: list = []
+
+    def start_table(self, reg, available_now, tables=1):
+        self.started.append(reg.name)
+        outcome = self.outcomes[reg.name]
+        outcome = outcome.pop(0) if isinstance(outcome, list) else outcome
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    monkeypatch.setattr(runner, "start_query", start_query)
-    monkeypatch.setattr(runner, "read_lag", lambda *args, **kwargs: None)
-    settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(
-        retry_for_s=0, shared_query=False, checkpoint_dir=tmp_path / "checkpoints"))
+    def open_member(self, reg):
+        return reg, f"{reg.name} session", self.opens(reg)
+
+    def start_shared(self, name, members, checkpoint, available_now, tables, away=()):
+        self.members.append(sorted(members))
+        self.away.append(away)
+        self.checkpoints.append(checkpoint)
+        return self.shared(members, away)
+
+    def applier(self, session, reg, target, checkpoint):
+        return f"{reg.name} applier"
+
+    def stop(self, name, query):
+        if query.isActive:
+            query.stop()
+
+
+def isolated(tmp_path, outcomes: dict, lags=None, **starter):
+    """A supervisor of the tables in `outcomes` (name -> what starting its query does), each
+    in a query of its own (a test of shared queries sets `groups`); `lags`: each table's lag
+    (records left, applied), else unknown. Its Starter is `sup.starter`."""
+    from cdc.config.models import StackSettings, TableRegistration
+
+    settings = Settings(stack=StackSettings(state_dir=tmp_path), tables_dir=tmp_path / "tables",
+                        sources={"pg": {"kind": "postgresql", "database": "db", "user": "cdc"}},
+                        spark=SparkSettings(retry_for_s=0, shared_query=False, checkpoint_dir=tmp_path / "checkpoints"))
     tables = [TableRegistration(name=n, source={"name": "pg", "schema": "s", "table": n.split(".")[1]})
               for n in outcomes]
 
@@ -116,15 +148,17 @@ def isolated(tmp_path, monkeypatch, outcomes: dict):
             return self
 
     clock = Clock()
-    return Supervisor(Spark(), settings, tables, available_now=True, clock=lambda: clock.now, sleep=clock.sleep)
+    return Supervisor(Spark(), settings, tables, available_now=True, clock=lambda: clock.now, sleep=clock.sleep,
+                      starter=Starter(outcomes, tmp_path, **starter),
+                      lag=lambda settings, reg, **kw: None if lags is None else lags[reg.name])
 
 
-def test_a_failing_table_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
+def test_a_failing_table_does_not_stop_the_others(tmp_path, capsys):
     from cdc.control import jobstate
     from cdc.errors import ConfigError
 
     poisoned = ConfigError("target lake.s.b of table s.b does not exist")
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": poisoned, "s.c": FakeQuery()})
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": poisoned, "s.c": FakeQuery()})
     with pytest.raises(ConfigError) as raised:
         sup.run_available_now()
     assert raised.value is poisoned and raised.value.table == "s.b"  # a lone failed table: its own error
@@ -134,24 +168,24 @@ def test_a_failing_table_does_not_stop_the_others(tmp_path, monkeypatch, capsys)
         capsys.readouterr().err
 
 
-def test_tables_start_side_by_side(tmp_path, monkeypatch):
+def test_tables_start_side_by_side(tmp_path):
     """START_THREADS queries start at once: here each start waits for the others to be under way."""
     import threading
 
-    from cdc.jobs import runner
+    from cdc.jobs.queries import START_THREADS
 
-    names = [f"s.t{i}" for i in range(runner.START_THREADS)]
-    sup = isolated(tmp_path, monkeypatch, {n: FakeQuery() for n in names})
-    together, start = threading.Barrier(len(names), timeout=30), runner.start_query
-    monkeypatch.setattr(runner, "start_query", lambda *a, **k: (together.wait(), start(*a, **k))[1])
+    names = [f"s.t{i}" for i in range(START_THREADS)]
+    sup = isolated(tmp_path, {n: FakeQuery() for n in names})
+    together, start = threading.Barrier(len(names), timeout=30), sup.starter.start_table
+    sup.starter.start_table = lambda *a, **k: (together.wait(), start(*a, **k))[1]
     sup.run_available_now()
     assert set(sup.queries) == set(names) and not sup.failed
 
 
-def test_several_failed_tables_are_named_in_one_error(tmp_path, monkeypatch):
+def test_several_failed_tables_are_named_in_one_error(tmp_path):
     from cdc.control import jobstate
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(ApplyError("column x cannot narrow")),
+    sup = isolated(tmp_path, {"s.a": FakeQuery(ApplyError("column x cannot narrow")),
                                            "s.b": ApplyError("topic gone"), "s.c": FakeQuery()})
     with pytest.raises(ApplyError, match=r"2 of 3 tables failed \(s.a, s.b\): column x cannot narrow; topic gone"):
         sup.run_available_now()
@@ -159,10 +193,10 @@ def test_several_failed_tables_are_named_in_one_error(tmp_path, monkeypatch):
     assert jobstate.read(tmp_path, "s.a")["error"] == "column x cannot narrow"
 
 
-def test_a_given_up_table_is_tried_again_when_due(tmp_path, monkeypatch):
-    from cdc.jobs import runner
+def test_a_given_up_table_is_tried_again_when_due(tmp_path):
+    from cdc.jobs.supervisor import FAILED_RETRY_S
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": [ApplyError("not yet"), FakeQuery()], "s.b": FakeQuery()})
+    sup = isolated(tmp_path, {"s.a": [ApplyError("not yet"), FakeQuery()], "s.b": FakeQuery()})
 
     class Streams:
         def awaitAnyTermination(self, timeout):
@@ -177,12 +211,12 @@ def test_a_given_up_table_is_tried_again_when_due(tmp_path, monkeypatch):
     assert set(sup.failed) == {"s.a"} and set(sup.queries) == {"s.b"}
     sup.poll()
     assert set(sup.failed) == {"s.a"}  # not due yet
-    sup.clock = lambda: runner.FAILED_RETRY_S + 1
+    sup.clock = lambda: FAILED_RETRY_S + 1
     sup.poll()
     assert not sup.failed and set(sup.queries) == {"s.a", "s.b"}
 
 
-def test_a_poll_looks_at_the_queries_only_once_one_has_ended(tmp_path, monkeypatch):
+def test_a_poll_looks_at_the_queries_only_once_one_has_ended(tmp_path):
     """Quiet tables cost no call into the JVM a second: a query is looked at when one has
     ended, and a running query's progress only while its table is retrying."""
 
@@ -208,7 +242,7 @@ def test_a_poll_looks_at_the_queries_only_once_one_has_ended(tmp_path, monkeypat
             self.ended = False
 
     replacement = Looked()
-    sup = isolated(tmp_path, monkeypatch, {"s.a": [Looked(), replacement], "s.b": Looked()})
+    sup = isolated(tmp_path, {"s.a": [Looked(), replacement], "s.b": Looked()})
     sup.spark.streams = streams = Streams()
     sup.settings = Settings(stack=sup.settings.stack, spark=SparkSettings(retry_for_s=60))
     sup.start_or_fail("s.a")
@@ -313,7 +347,7 @@ def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_f
     writes it, appliers that record what they are given."""
     import json
 
-    from cdc.jobs.runner import BatchSlots
+    from cdc.jobs.slots import BatchSlots
     from cdc.jobs.shared import SharedBatch
 
     (tmp_path / "offsets").mkdir()
@@ -351,43 +385,37 @@ def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_f
     assert list(batch.take_failed()) == ["bad"] and batch.take_failed() == {}
 
 
-def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_without_it(tmp_path, monkeypatch):
+def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_without_it(tmp_path):
     from cdc.control import jobstate
-    from cdc.jobs import runner
-
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()})
-    spark = sup.settings.spark.model_copy(update={"shared_query": True})
-    sup.settings = sup.settings.model_copy(update={"spark": spark})
-    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
-    started = []
 
     class Batch(FakeBatch):
         def __init__(self, members):
             super().__init__({"s.b": ApplyError("bad record")} if "s.b" in members else {}, tmp_path)
 
-    def shared_query(spark, settings, name, members, checkpoint, available_now, tables, away=()):
-        started.append(sorted(members))
+    def shared(members, away):
         return (FakeQuery(ApplyError("batch 0: 1 table(s) failed (s.b)")) if "s.b" in members else FakeQuery(),
                 Batch(members))
 
-    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    monkeypatch.setattr(runner, "shared_query", shared_query)
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()},
+                   shared=shared)
+    spark = sup.settings.spark.model_copy(update={"shared_query": True})
+    sup.settings = sup.settings.model_copy(update={"spark": spark})
+    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
     with pytest.raises(ApplyError, match="bad record"):
         sup.run_available_now()
-    assert started == [["s.a", "s.b", "s.c"], ["s.a", "s.c"]]
+    assert sup.starter.members == [["s.a", "s.b", "s.c"], ["s.a", "s.c"]]
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
         "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
 
 
-def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tmp_path, monkeypatch):
+def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tmp_path):
     import hashlib
     import json
 
-    from cdc.jobs import runner
+    from cdc.jobs.supervisor import SHARED_TABLES
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery()})
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery()})
     sup.groups = {"shared-2s": ["s.a", "s.b"]}
     directory = tmp_path / "checkpoints" / "_shared"
     running = FakeBatch({}, tmp_path)  # another shared query of this job, running
@@ -396,63 +424,42 @@ def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tm
     left = {"dead": ["s.a", "s.z"], "other": ["s.y", "s.z"], "shared-20s-1": ["s.b"]}  # a killed job's; a live one's
     for name, tables in left.items():
         (directory / name).mkdir(parents=True)
-        (directory / name / runner.SHARED_TABLES).write_text(json.dumps(tables))
+        (directory / name / SHARED_TABLES).write_text(json.dumps(tables))
     (directory / "unnamed").mkdir()  # an older release's, of other tables
     tag = hashlib.sha256(b"s.a\ns.b").hexdigest()[:12]
     (directory / f"shared-2s-{tag}-1").mkdir()  # an older release's, of this query's tables
-    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    made = []
-    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, checkpoint, *rest, **kw: (
-        made.append(checkpoint), (FakeQuery(), FakeBatch({}, tmp_path)))[1])
     sup.start_all()
+    made = sup.starter.checkpoints
     assert sorted(p.name for p in directory.iterdir()) == sorted(["other", "shared-20s-1", "unnamed", made[0].name])
-    assert json.loads((made[0] / runner.SHARED_TABLES).read_text()) == ["s.a", "s.b"]
+    assert json.loads((made[0] / SHARED_TABLES).read_text()) == ["s.a", "s.b"]
 
 
-def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path, monkeypatch):
+def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path):
     from cdc.control import jobstate
-    from cdc.jobs import runner
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": [ApplyError("target gone")], "s.c": FakeQuery()})
-    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
-
-    def open_target(spark, settings, reg):
+    def opens(reg):
         if reg.name == "s.b":
             raise ApplyError("target gone")
         return object()
 
-    monkeypatch.setattr(runner, "open_target", open_target)
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest, **kw: (
-        FakeQuery(), FakeBatch({}, tmp_path)))
-    started, start = [], runner.start_query
-    monkeypatch.setattr(runner, "start_query", lambda spark, settings, reg, *a: (started.append(reg.name),
-                                                                                 start(spark, settings, reg, *a))[1])
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": [ApplyError("target gone")], "s.c": FakeQuery()},
+                   opens=opens)
+    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
     sup.start_all()
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
-    assert set(sup.queries) == {"shared-2s"} and started == []  # given up at once (a verdict), not started again
+    assert set(sup.queries) == {"shared-2s"} and sup.starter.started == []  # given up at once (a verdict), not started again
     assert [jobstate.read(tmp_path, n).get("query") for n in ("s.a", "s.b", "s.c")] == ["shared-2s", None, "shared-2s"]
 
 
-def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_on(tmp_path, monkeypatch):
+def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_on(tmp_path):
     from cdc.control import jobstate
-    from cdc.jobs import runner
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()})
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()},
+                   shared=lambda members, away: (FakeQuery(), FakeBatch({"s.b": ApplyError("bad record")}, tmp_path)))
     sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
-    started = []
-
-    def shared_query(spark, settings, name, members, *rest, **kw):
-        started.append(sorted(members))
-        return FakeQuery(), FakeBatch({"s.b": ApplyError("bad record")}, tmp_path)
-
-    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    monkeypatch.setattr(runner, "shared_query", shared_query)
     with pytest.raises(ApplyError, match="bad record"):
         sup.run_available_now()
-    assert started == [["s.a", "s.b", "s.c"]]  # not started again: its other tables were applied
+    assert sup.starter.members == [["s.a", "s.b", "s.c"]]  # not started again: its other tables were applied
     assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
         "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
@@ -463,7 +470,7 @@ def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(t
     its target holds, which may be past the newest plan (its own query read further)."""
     import json
 
-    from cdc.jobs.runner import BatchSlots
+    from cdc.jobs.slots import BatchSlots
     from cdc.jobs.shared import SharedBatch
 
     (tmp_path / "offsets").mkdir()
@@ -501,22 +508,19 @@ def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(t
     assert batch.applied("b") == {0: 60, 1: 12}
 
 
-def test_a_table_away_from_its_shared_query_joins_it_again_once_its_own_query_runs(tmp_path, monkeypatch):
+def test_a_table_away_from_its_shared_query_joins_it_again_once_its_own_query_runs(tmp_path):
     from types import SimpleNamespace
 
     from cdc.control import jobstate
-    from cdc.jobs import runner
+    from cdc.jobs.supervisor import REJOIN_EVERY_S
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()})
+    lags = {"s.b": (5, 0), "s.c": (500, 0)}  # s.c: more than a shared batch behind
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()}, lags=lags,
+                   opens=lambda reg: SimpleNamespace(committed={0: 3}))
     sup.groups = {"shared-2s": ["s.a"]}
     sup.home = {"s.a": "shared-2s", "s.b": "shared-2s", "s.c": "shared-2s"}
     clock = Clock()
     sup.clock = lambda: clock.now
-    lags = {"s.b": (5, 0), "s.c": (500, 0)}  # s.c: more than a shared batch behind
-    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, **kw: lags[reg.name])
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: SimpleNamespace(committed={0: 3}))
-    monkeypatch.setattr(runner, "make_applier", lambda spark, settings, reg, target, checkpoint: f"{reg.name} applier")
     joined = []
 
     class Batch(FakeBatch):
@@ -533,12 +537,12 @@ def test_a_table_away_from_its_shared_query_joins_it_again_once_its_own_query_ru
     sup.failing_since["s.b"] = 0.0
     sup.rejoin()  # s.b still failing; s.c's own query has run no batch yet
     own["s.c"].lastProgress = {"numInputRows": 0}
-    clock.now += runner.REJOIN_EVERY_S
+    clock.now += REJOIN_EVERY_S
     sup.rejoin()  # s.c too far behind
     assert joined == [] and set(sup.queries) == {"s.b", "s.c"}
     sup.recovered("s.b")
     own["s.b"].lastProgress = {"numInputRows": 3}
-    clock.now += runner.REJOIN_EVERY_S
+    clock.now += REJOIN_EVERY_S
     sup.rejoin()
     assert joined == [("s.b", "s.b applier", {0: 3})] and sup.groups == {"shared-2s": ["s.a", "s.b"]}
     assert not own["s.b"].isActive and own["s.c"].isActive and set(sup.queries) == {"s.c"}
@@ -547,57 +551,40 @@ def test_a_table_away_from_its_shared_query_joins_it_again_once_its_own_query_ru
     lags["s.c"] = (0, 0)
     sup.rejoin()  # looked at again only after REJOIN_EVERY_S
     assert len(joined) == 1
-    clock.now += runner.REJOIN_EVERY_S
+    clock.now += REJOIN_EVERY_S
     sup.rejoin()
     assert [name for name, _, _ in joined] == ["s.b", "s.c"] and sup.queries == {}
 
 
-def test_a_shared_query_all_of_whose_tables_left_starts_again_with_the_first_back(tmp_path, monkeypatch):
-    from cdc.jobs import runner
-
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery()})
+def test_a_shared_query_all_of_whose_tables_left_starts_again_with_the_first_back(tmp_path):
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery()}, lags={"s.a": (0, 0), "s.b": (0, 0)})
     sup.home = {"s.a": "shared-2s", "s.b": "shared-2s"}  # the query ended, every table left it
     own = {t: FakeQuery() for t in ("s.a", "s.b")}
     own["s.a"].lastProgress = {"numInputRows": 1}
     sup.queries.update(own)
-    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, **kw: (0, 0))
-    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    started = []
-
-    def shared_query(spark, settings, name, members, checkpoint, available_now, tables, away=()):
-        started.append((sorted(members), away))
-        return FakeQuery(), FakeBatch({}, tmp_path)
-
-    monkeypatch.setattr(runner, "shared_query", shared_query)
     sup.rejoin()
     # it also reads the topic of the table still away, so that it can join it in place
-    assert started == [(["s.a"], ("pg.s.b",))] and sup.groups == {"shared-2s": ["s.a"]}
+    assert sup.starter.members == [["s.a"]] and sup.starter.away == [("pg.s.b",)] and sup.groups == {"shared-2s": ["s.a"]}
     assert set(sup.queries) == {"shared-2s", "s.b"}
 
 
-def test_the_tables_of_a_dissolved_shared_query_join_it_again_a_minute_later(tmp_path, monkeypatch):
+def test_the_tables_of_a_dissolved_shared_query_join_it_again_a_minute_later(tmp_path):
     from cdc.errors import DependencyError
-    from cdc.jobs import runner
+    from cdc.jobs.supervisor import FAILED_RETRY_S
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery()})
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery()}, lags={"s.a": (0, 0), "s.b": (0, 0)})
     sup.groups = {"shared-2s": ["s.a", "s.b"]}
     sup.home = {"s.a": "shared-2s", "s.b": "shared-2s"}
     clock = Clock()
     sup.clock = lambda: clock.now
-    monkeypatch.setattr(runner, "read_lag", lambda settings, reg, **kw: (0, 0))
-    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    started = []
-    monkeypatch.setattr(runner, "shared_query", lambda spark, settings, name, members, *rest, **kw: (
-        started.append(sorted(members)), (FakeQuery(), FakeBatch({}, tmp_path)))[1])
+    started = sup.starter.members
     sup.failing_since["shared-2s"] = 0.0
     sup.dissolve("shared-2s", DependencyError("Kafka at x is unreachable"))  # retries ran out
     assert sup.groups == {} and set(sup.queries) == {"s.a", "s.b"}
     assert "shared-2s" not in sup.failing_since  # started again, it has a new retry budget
     for query in sup.queries.values():
         query.lastProgress = {"numInputRows": 0}
-    clock.now += runner.FAILED_RETRY_S - 1
+    clock.now += FAILED_RETRY_S - 1
     sup.rejoin()
     assert started == [] and set(sup.queries) == {"s.a", "s.b"}
     clock.now += 1
@@ -605,7 +592,7 @@ def test_the_tables_of_a_dissolved_shared_query_join_it_again_a_minute_later(tmp
     assert started == [["s.a"]] and set(sup.queries) == {"shared-2s", "s.b"}
 
 
-def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(tmp_path, monkeypatch):
+def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(tmp_path):
     """A command asks for a table of a running shared query: the query starts again without
     it, its lock is lent, and once the request is withdrawn the table is locked again,
     read again from its registration and started in a query of its own; a table whose
@@ -614,27 +601,17 @@ def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(t
     import os
 
     from cdc.control import jobstate
-    from cdc.jobs import runner
 
-    sup = isolated(tmp_path, monkeypatch, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()})
+    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()})
     sup.available_now = False
     sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
     sup.home = {t: "shared-2s" for t in ("s.a", "s.b", "s.c")}
     sup.lent = jobstate.Lent(tmp_path)
     for t in sup.tables:
         sup.lent.take(t)
-    started = []
-
-    def shared_query(spark, settings, name, members, *rest, **kw):
-        started.append(sorted(members))
-        return FakeQuery(), FakeBatch({}, tmp_path)
-
-    monkeypatch.setattr(runner, "open_target", lambda spark, settings, reg: object())
-    monkeypatch.setattr(runner, "make_active", lambda spark: None)
-    monkeypatch.setattr(runner, "shared_query", shared_query)
-    registered = {"s.b": sup.tables["s.b"]}  # s.c's registration is removed while it is lent
-    monkeypatch.setattr(runner, "load_tables", lambda settings, name, invalid: [registered[name]]
-                        if name in registered else [])
+    started = sup.starter.members
+    (tmp_path / "tables").mkdir()  # s.c's registration is removed while it is lent
+    (tmp_path / "tables" / "s.b.yaml").write_text("name: s.b\nsource: {name: pg, schema: s, table: b}\n")
     sup.start_all()
     requests = tmp_path / "handover"
     requests.mkdir()

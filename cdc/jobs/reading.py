@@ -1,0 +1,67 @@
+"""How the job reads Kafka: the source's options, a shared query's table's range of a batch,
+and how many records a batch takes."""
+from __future__ import annotations
+
+import json
+
+from cdc.config.clients import java_kafka_properties, kafka_access
+from cdc.config.models import Settings, TableRegistration
+from cdc.jobs import shared
+from cdc.jobs.backlog import auto_batch_cap, heap_bytes
+from cdc.log import log
+from cdc.register.topics import tail_record_bytes
+
+FETCH_WAIT_MS = 20  # the longest a task's fetch of its records waits at the broker for more
+FETCH_PARTITION_BYTES = 1 << 20  # the most a fetch takes of one partition (Kafka's default)
+
+
+def batch_cap(spark, settings: Settings, reg: TableRegistration, topic: str, batches: int) -> int | None:
+    """The most records a batch of the table takes: its `max_offsets_per_trigger`, else
+    sized from the memory and the size of the topic's newest records (backlog.py),
+    `batches` under way at once sharing the memory."""
+    if reg.options.max_offsets_per_trigger:
+        return None
+    record_bytes = tail_record_bytes(kafka_access(settings), topic)
+    cap = auto_batch_cap(heap_bytes(spark), record_bytes, batches)
+    log(f"batches of at most {cap:,} records"
+        + (f" (about {record_bytes:,.0f} bytes a record)" if record_bytes else " (no record to size yet)"),
+        table=reg.name, event="batch-cap", records=cap, record_bytes=round(record_bytes or 0))
+    return cap
+
+
+
+def kafka_options(spark, settings: Settings) -> dict[str, str]:
+    """The Kafka source's options as every read of the job sets them (what to read, from
+    where, and how much a batch takes are the read's)."""
+    return {
+        "kafka.bootstrap.servers": settings.kafka_bootstrap,
+        **{f"kafka.{k}": v for k, v in java_kafka_properties(settings).items()},
+        "failOnDataLoss": "true",
+        "includeHeaders": "true",  # a key change's two events carry theirs
+        # A fetch that finds no record waits this long at the broker (Kafka's default
+        # 500 ms), and a small batch's read met one: a batch of 5 records read in 0.57 s.
+        "kafka.fetch.max.wait.ms": str(FETCH_WAIT_MS),
+        # What a fetch takes of a partition, and so what each cached consumer holds between
+        # batches (the driver's JVM keeps one per partition read): a record bigger than
+        # this still comes whole, as the first batch of its fetch.
+        "kafka.max.partition.fetch.bytes": str(FETCH_PARTITION_BYTES),
+        # A topic with fewer partitions than cores is still read and decoded on every core.
+        "minPartitions": str(spark.sparkContext.defaultParallelism),
+    }
+
+
+
+def kafka_range(spark, settings: Settings, topic: str, start: dict[int, int], end: dict[int, int], group: str):
+    """The records of `topic` from `start` (a partition it lacks: from its earliest) up to
+    `end`, each partition's, as a shared query's table reads its part of a batch: the
+    columns of the streaming source's batches. The reads of one `group` share their Kafka
+    consumers: the executors keep them cached by group and partition, and a batch read
+    otherwise names a new group each time, so each read made (and connected) new ones.
+    Partitions are assigned, never subscribed, and no offset is committed to the group."""
+    return (spark.read.format("kafka").options(**kafka_options(spark, settings))
+            .option("kafka.group.id", group)
+            .option("assign", json.dumps({topic: sorted(end)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): start.get(p, shared.EARLIEST) for p in end}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
+            .load())
+
