@@ -173,8 +173,8 @@ def test_one_table_is_fixed_while_the_others_run(it_env, tmp_path, capsys):
     """Continuous: a table stops on a type change no target column can take; its remedy is
     in the log and `status --json`. Its target re-created by `register` while the job runs
     starts after the topic's old records, and the job takes the table back by itself; then
-    `bootstrap` of it is handed over by the running job and taken back after. The other
-    tables are applied throughout."""
+    `bootstrap` of it is handed over by the running job and taken back after, and another
+    table removed by `tables remove` is run no more. The other tables are applied throughout."""
     env, s, tables = it_env, it_env.schema, ("fx_a", "fx_b", "fx_c")
     create(env, tables)
     config = shared_config(env, tmp_path)
@@ -212,6 +212,12 @@ def test_one_table_is_fixed_while_the_others_run(it_env, tmp_path, capsys):
         change(env, "fx_a", 5)
         env.wait_captured(env.marker())
         wait_equal(env, tables, proc, log_path)
+
+        assert env.cdc("tables", "remove", f"{s}.fx_c") == 0  # handed over, then its registration is gone
+        wait_line(proc, log_path, f"{s}.fx_c: no longer registered: the job runs it no more")
+        change(env, "fx_a", 7)
+        env.wait_captured(env.marker())
+        wait_equal(env, ("fx_a", "fx_b"), proc, log_path)
     finally:
         interrupt(proc)
         wait_or_kill(proc, 60)
