@@ -53,7 +53,7 @@ run: stack-up
 test: stack-up
 	$(PY) -m pyflakes cdc tests bench
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -ra --durations=30 -m "not long" tests/unit tests/spark tests/integration tests/chaos
+	$(PY) -m pytest -ra --durations=30 --junitxml=.cache/test-times.xml -m "not long" tests/unit tests/spark tests/integration tests/chaos
 
 # The Delta variants of semantics tests that `make test` leaves to the differential test.
 test-long: stack-up

@@ -38,6 +38,9 @@ def pytest_collection_modifyitems(config, items):
         tier = Path(str(item.fspath)).parent.name
         if tier in ("spark", "integration", "chaos"):
             item.add_marker(getattr(pytest.mark, tier))
+        callspec = getattr(item, "callspec", None)
+        if item.get_closest_marker("delta_long") and callspec and "delta" in callspec.id.split("-"):
+            item.add_marker(pytest.mark.long)
 
 
 @pytest.fixture(scope="session")

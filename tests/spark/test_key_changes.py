@@ -93,7 +93,7 @@ ARRAY_PLACEHOLDERS = {"tags": [PLACEHOLDER], "nums": [ord(ch) for ch in PLACEHOL
                       "bigs": [ord(ch) for ch in PLACEHOLDER], "ids": ["b68a35a7-17ad-35b3-af2a-ae46edb4545a"]}
 
 
-@pytest.mark.parametrize("sink", ["iceberg", "delta"])
+@pytest.mark.parametrize("sink", ["iceberg", pytest.param("delta", marks=pytest.mark.long)])
 def test_unchanged_toasted_arrays_keep_their_values(scratch, table_name, tmp_path, sink):
     h = Harness(*scratch, table_name, sink=sink, delta_root=tmp_path, columns=ARRAYS)
     row = {"id": 1, "v": "a", "n": 1, "tags": ["x", None], "nums": [1, 2], "bigs": [2 ** 40],

@@ -113,6 +113,7 @@ def h(request, scratch, table_name, tmp_path):
     return Harness(spark, catalog, table_name, sink=request.param, delta_root=tmp_path)
 
 
+@pytest.mark.delta_long
 def test_last_event_per_key_wins_and_metadata_is_stored(h):
     h.topic.change("c", {"id": 1, "v": "a", "n": 1.5}, 100, 110)
     h.topic.change("u", {"id": 1, "v": "b", "n": 2.5}, 100, 120)
@@ -133,6 +134,7 @@ def test_older_event_never_overwrites_newer_row(h):
     assert h.values() == {1: "new"}
 
 
+@pytest.mark.delta_long
 def test_delete_then_reinsert_in_one_batch(h):
     h.topic.change("c", {"id": 1, "v": "first", "n": 1}, 100, 110)
     h.apply()
@@ -144,6 +146,7 @@ def test_delete_then_reinsert_in_one_batch(h):
     assert h.rows()[1]["_cdc_op"] == "c"
 
 
+@pytest.mark.delta_long
 def test_delete_in_one_batch_and_tombstone_in_the_next(h):
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.topic.change("c", {"id": 2, "v": "b", "n": 1}, 100, 120)
@@ -444,6 +447,7 @@ def test_batch_of_noops_still_records_its_offsets(h):
     assert parse_offsets(h.summaries()[-1]) == {h.topic.name: {0: 1}}
 
 
+@pytest.mark.delta_long
 def test_truncate_keeps_only_later_rows(h):
     h.topic.change("c", {"id": 1, "v": "old", "n": 1}, 100, 110)
     h.apply()
@@ -517,6 +521,7 @@ def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
 UNAVAILABLE = "__debezium_unavailable_value"
 
 
+@pytest.mark.delta_long
 def test_unchanged_toast_placeholder_keeps_the_stored_value(h):
     h.topic.change("c", {"id": 1, "v": "a long text", "n": 1}, 100, 110)
     h.topic.change("c", {"id": 2, "v": "other", "n": 1}, 100, 120)
@@ -529,6 +534,7 @@ def test_unchanged_toast_placeholder_keeps_the_stored_value(h):
     assert (rows[2]["v"], rows[2]["n"]) == (None, 2)
 
 
+@pytest.mark.delta_long
 def test_toast_placeholder_takes_the_newest_real_value_of_its_batch(h):
     h.topic.change("c", {"id": 1, "v": "old", "n": 1}, 100, 110)
     h.apply()
@@ -615,6 +621,7 @@ def test_records_the_target_cannot_take_are_dead_letters_and_the_rest_applies(h)
     assert "V" not in {c.lower() for c in h.rows()[1]} - {"v"}  # the target gained no twin column
 
 
+@pytest.mark.delta_long
 def test_a_batch_of_schemas_seen_before_is_read_once_and_a_new_schema_is_judged(h):
     """A batch whose record schemas were all judged by an earlier batch is decoded at once,
     without a scan for its schemas (no `schema` step); one seen as refused still makes dead
