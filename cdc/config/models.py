@@ -572,6 +572,40 @@ class MaskingSettings(Frozen):
                     "refuses rather than show the key. The local worker reads a secrets file cdc writes.")
 
 
+class LineageSettings(HttpAccess):
+    """OpenLineage events (what Marquez, DataHub and other lineage tools read) of registrations
+    and runs: each table's capture (source table -> topic) and apply (topic -> target) jobs,
+    with the masked and excluded columns and the masking key's fingerprint. Off by default."""
+
+    transport: Literal["none", "file", "http"] = Field(
+        "none",
+        description="Where events go: none (off), file (one JSON event a line, appended to `file`) or http "
+                    "(POSTed to `url` + `endpoint`).")
+    file: Path | None = Field(None, description="transport file: the file the events are appended to.")
+    url: str | None = Field(
+        None, description="transport http: the lineage server's base URL, e.g. http://marquez:5000.")
+    endpoint: str = Field("api/v1/lineage", description="transport http: the path events are POSTed to.")
+    api_key: SecretStr | None = Field(
+        None, description="transport http: a bearer API key, as `${ENV_NAME}`; or set `api_key_file`.")
+    api_key_file: Path | None = Field(None, description="A file holding the API key, in place of `api_key`.")
+    namespace: str = Field(
+        "cdc", description="The namespace of cdc's jobs in the lineage graph (an environment's name, say).")
+    timeout_s: float = Field(5.0, gt=0, description="transport http: how long a POST may take.")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        return check_http_url(v, "url", "http://marquez:5000")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "LineageSettings":
+        if self.transport == "file" and self.file is None:
+            raise ValueError("transport file needs `file`, the file events are appended to")
+        if self.transport == "http" and self.url is None:
+            raise ValueError("transport http needs `url`, the lineage server's base URL")
+        return self
+
+
 class DeltaSettings(Frozen):
     """Where the targets of `sink: delta` registrations live: one Delta table per target at
     `<root>/<namespace>/<table>`, with its delete memory and dead letters beside it."""
@@ -668,6 +702,8 @@ class Settings(Frozen):
     delta: DeltaSettings = Field(DeltaSettings(), description="Where the targets of `sink: delta` registrations live.")
     spark: SparkSettings = Field(SparkSettings(), description="The SparkSession of the jobs.")
     masking: MaskingSettings = Field(MaskingSettings(), description="The key of registrations' `mask` columns.")
+    lineage: LineageSettings = Field(
+        LineageSettings(), description="OpenLineage events of registrations and runs (off by default).")
     tables_dir: Path = Field(
         Path("tables"),
         description="The directory of the table registrations, one `<namespace>.<table>.yaml` per table.")

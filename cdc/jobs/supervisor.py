@@ -23,6 +23,7 @@ from cdc.jobs.queries import START_THREADS, Queries
 from cdc.jobs.watchers import read_lag, watch_lag
 from cdc.log import log
 from cdc.register.connector import topic_for
+from cdc.register.lineage import RunLineage
 from cdc.sinks.session import get_session
 from cdc.waiting import poll_until
 
@@ -530,12 +531,21 @@ def run(settings: Settings, tables: list[TableRegistration], available_now: bool
     with jobstate.exclusive(settings.state_dir, names) if available_now else \
             jobstate.lending(settings.state_dir, names) as lent:
         supervisor = Supervisor(get_session(settings), settings, tables, available_now, lent=lent)
+        lineage = RunLineage(settings, tables)  # OpenLineage events, when cdc.yaml's `lineage` is on
+        lineage.started()
+        error = None
         try:
             supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
         except CdcError as e:
             if not supervisor.failed:  # not one table's failure (those are recorded as they happen)
                 for name in ([e.table] if e.table in supervisor.tables else supervisor.running()):
                     jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message, remedy=e.hint)
+            error = e.message
+            raise
+        except BaseException as e:
+            error = str(e) or type(e).__name__
             raise
         finally:
             supervisor.stop()
+            failed = {name: e.message for name, e in supervisor.failed.items()}
+            lineage.ended(failed or ({name: error for name in supervisor.tables} if error else {}))

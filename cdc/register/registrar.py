@@ -19,6 +19,7 @@ from cdc.planning.protect import check_connector_masks, check_mask_key, mask_key
 from cdc.register.capture import format_text, retrying_cause, source_capture, task_error
 from cdc.register.connector import (DOWN, MASK_CLASS, ConnectClient, connector_config, connector_name,
                                     keeping_others, secret_file_ref, topic_for, write_secret)
+from cdc.register.lineage import send_registered
 from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_id, topic_layout, watermarks
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
@@ -77,6 +78,8 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         else:
             _register_source(settings, client, source, tables, wait_snapshot)
         warn_topics(settings, source, tables, new)
+    if not dry_run:
+        send_registered(settings, selected)  # OpenLineage events, when cdc.yaml's `lineage` is on
 
 
 def warn_topics(settings: Settings, source: str, tables: list[TableRegistration], new: set[str]) -> None:

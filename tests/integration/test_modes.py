@@ -113,6 +113,48 @@ def test_history_soft_delete_and_masks_end_to_end(env, capsys):
         assert env.cdc("reconcile", "--table", f"{s}.{table}", "--deep") == 0
 
 
+def test_lineage_names_each_step_and_what_masking_withheld(env, tmp_path):
+    """With `lineage` on (a file), `register` sends the capture of the source table into its
+    topic and `run` the apply of the topic to the target (START, then COMPLETE), named as
+    OpenLineage names them, with the masked and excluded columns and the key's fingerprint,
+    and nothing of the key or a clear value."""
+    s, src = env.schema, env.settings.sources[env.source]
+    sent_to = tmp_path / "lineage.ndjson"
+    doc = yaml.safe_load(env.config.read_text())
+    doc["lineage"] = {"transport": "file", "file": str(sent_to), "namespace": "it"}
+    config = tmp_path / "cdc.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    assert env.cdc("--config", str(config), "register", "--table", f"{s}.people") == 0
+    assert env.cdc("--config", str(config), "run", "--available-now", "--table", f"{s}.people") == 0
+    text = sent_to.read_text()
+    assert MASK_KEY.decode() not in text and not any(v in text for v in [*EMAILS.values(), *SSNS.values()])
+    sent = [json.loads(line) for line in text.splitlines()]
+    assert [(e["job"]["namespace"], e["job"]["name"], e["eventType"]) for e in sent] == [
+        ("it", f"capture.{s}.people", "COMPLETE"), ("it", f"apply.{s}.people", "START"),
+        ("it", f"apply.{s}.people", "COMPLETE")]
+    capture, start, done = sent
+    topic = (f"kafka://{env.settings.kafka_bootstrap.split(',')[0]}", f"{env.source}.{s}.people")
+    assert [(d["namespace"], d["name"]) for d in capture["inputs"]] == [
+        (f"postgres://{src.host}:{src.port}", f"{src.database}.{s}.people")]
+    assert [(d["namespace"], d["name"]) for d in capture["outputs"]] == [topic]
+    people = env.catalog.load_table(f"{s}.people")
+    assert [(d["namespace"], d["name"]) for d in done["inputs"]] == [topic]
+    assert [(d["namespace"], d["name"]) for d in done["outputs"]] == [("file", urlparse(people.location()).path)]
+    assert start["run"]["runId"] == done["run"]["runId"] != capture["run"]["runId"]
+    for event in (capture, done):
+        facets = event["outputs"][0]["facets"]
+        assert [f["name"] for f in facets["schema"]["fields"]] == ["id", "name", "email"]  # ssn never captured
+        assert facets["cdc_protection"] | {"_producer": None, "_schemaURL": None} == {
+            "masked": ["email"], "excluded": ["ssn"], "maskKeyFingerprint": key_fingerprint(MASK_KEY),
+            "_producer": None, "_schemaURL": None}
+        email = facets["columnLineage"]["fields"]["email"]["inputFields"][0]["transformations"][0]
+        assert email["masking"] is True
+    hashed = capture["outputs"][0]["facets"]["columnLineage"]["fields"]["email"]["inputFields"][0]
+    assert hashed["transformations"][0]["subtype"] == "TRANSFORMATION"  # the connector hashes it
+    assert done["outputs"][0]["facets"]["symlinks"]["identifiers"] == [
+        {"namespace": f"iceberg://{env.settings.catalog.name}", "name": f"{s}.people", "type": "TABLE"}]
+
+
 def test_masked_columns_of_every_type_are_hashed_by_the_connector(env):
     """Dates, timestamps, numbers, booleans, bytes, times and intervals are hashed before
     Kafka: each masked field of every change in the topic is a hash, and the target holds

@@ -1,0 +1,2 @@
+"""OpenLineage events of registrations and runs (events.py: built from values, no I/O;
+emit.py: sent where cdc.yaml's `lineage` says)."""
