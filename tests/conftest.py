@@ -39,8 +39,8 @@ def pytest_collection_modifyitems(config, items):
         if tier in ("spark", "integration", "chaos"):
             item.add_marker(getattr(pytest.mark, tier))
         callspec = getattr(item, "callspec", None)
-        if item.get_closest_marker("delta_long") and callspec and "delta" in callspec.id.split("-"):
-            item.add_marker(pytest.mark.long)
+        if item.get_closest_marker("delta_long") and callspec and callspec.params.get("h") == "delta":
+            item.add_marker(pytest.mark.long)  # the semantics harness `h` on a Delta target
 
 
 @pytest.fixture(scope="session")

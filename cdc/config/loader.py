@@ -20,14 +20,14 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_CONFIG = "cdc.yaml"
 # Keys whose value is never echoed in an error: passwords, catalog credentials and tokens,
 # the masking key, secret catalog properties.
-SECRET_KEY = re.compile(SECRET_PROPERTY.pattern + r"|(^|\.)key$", re.IGNORECASE)
+SECRET_KEY = re.compile(SECRET_PROPERTY.pattern + r"|(^|\.)(api_)?key$", re.IGNORECASE)
 
 
 # Secrets read only by the commands that use them (config.clients.read_secret): an unset
 # reference there becomes UNSET + the variable's name until then, so `cdc stack down`
 # needs no masking key.
 READ_WHEN_USED = re.compile(r"\.(sources\.[^.]+\.password|kafka\.security\.(password|keystore_password)|"
-                            r"(connect|schema_registry)\.password|masking\.key)$")
+                            r"(connect|schema_registry)\.password|masking\.key|lineage\.api_key)$")
 UNSET = "\x00cdc-unset-variable:"
 
 

@@ -572,7 +572,7 @@ class MaskingSettings(Frozen):
                     "refuses rather than show the key. The local worker reads a secrets file cdc writes.")
 
 
-class LineageSettings(HttpAccess):
+class LineageSettings(Frozen):
     """OpenLineage events (what Marquez, DataHub and other lineage tools read) of registrations
     and runs: each table's capture (source table -> topic) and apply (topic -> target) jobs,
     with the masked and excluded columns and the masking key's fingerprint. Off by default."""
@@ -588,6 +588,10 @@ class LineageSettings(HttpAccess):
     api_key: SecretStr | None = Field(
         None, description="transport http: a bearer API key, as `${ENV_NAME}`; or set `api_key_file`.")
     api_key_file: Path | None = Field(None, description="A file holding the API key, in place of `api_key`.")
+    ca_file: Path | None = Field(
+        None,
+        description="transport http: the CA certificate(s) (PEM) an https URL's certificate is checked against. "
+                    "Unset: the system's.")
     namespace: str = Field(
         "cdc", description="The namespace of cdc's jobs in the lineage graph (an environment's name, say).")
     timeout_s: float = Field(5.0, gt=0, description="transport http: how long a POST may take.")

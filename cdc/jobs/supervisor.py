@@ -533,19 +533,17 @@ def run(settings: Settings, tables: list[TableRegistration], available_now: bool
         supervisor = Supervisor(get_session(settings), settings, tables, available_now, lent=lent)
         lineage = RunLineage(settings, tables)  # OpenLineage events, when cdc.yaml's `lineage` is on
         lineage.started()
-        error = None
+        failed: dict[str, str] = {}
         try:
             supervisor.run_available_now() if available_now else supervisor.run_until_stopped()
-        except CdcError as e:
-            if not supervisor.failed:  # not one table's failure (those are recorded as they happen)
-                for name in ([e.table] if e.table in supervisor.tables else supervisor.running()):
-                    jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message, remedy=e.hint)
-            error = e.message
-            raise
         except BaseException as e:
-            error = str(e) or type(e).__name__
+            if not supervisor.failed:  # not one table's failure (those are recorded as they happen)
+                hit = [e.table] if getattr(e, "table", None) in supervisor.tables else supervisor.running()
+                if isinstance(e, CdcError):
+                    for name in hit:
+                        jobstate.record(settings.state_dir, name, jobstate.FAILED, e.message, remedy=e.hint)
+                failed = dict.fromkeys(hit, getattr(e, "message", None) or str(e) or type(e).__name__)
             raise
         finally:
             supervisor.stop()
-            failed = {name: e.message for name, e in supervisor.failed.items()}
-            lineage.ended(failed or ({name: error for name in supervisor.tables} if error else {}))
+            lineage.ended({name: e.message for name, e in supervisor.failed.items()} or failed)

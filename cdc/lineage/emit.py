@@ -1,10 +1,8 @@
 """Sending lineage events where cdc.yaml's `lineage` says, through the OpenLineage client's
-own transports (a file, one event a line; or HTTP, with a bearer key or basic auth and the
-CA the server's certificate is checked against). An event that cannot be sent is a warning:
+own transports (a file, one event a line; or HTTP, with a bearer key and the CA the
+server's certificate is checked against). An event that cannot be sent is a warning:
 replication never waits for the lineage server."""
 from __future__ import annotations
-
-import base64
 
 from openlineage.client import OpenLineageClient
 from openlineage.client.transport.file import FileConfig, FileTransport
@@ -38,13 +36,8 @@ class Lineage:
             path = settings.path(c.file)
             path.parent.mkdir(parents=True, exist_ok=True)
             return FileTransport(FileConfig(log_file_path=str(path), append=True))
-        headers = {}
-        password = read_secret(settings, c.password, c.password_file, "lineage.password")
-        if c.username:
-            headers["Authorization"] = "Basic " + base64.b64encode(f"{c.username}:{password}".encode()).decode()
         api_key = read_secret(settings, c.api_key, c.api_key_file, "lineage.api_key")
-        config = {"url": c.url, "endpoint": c.endpoint, "timeout": c.timeout_s, "custom_headers": headers,
-                  "retry": {"total": 2}}
+        config = {"url": c.url, "endpoint": c.endpoint, "timeout": c.timeout_s, "retry": {"total": 2}}
         if api_key:
             config["auth"] = {"type": "api_key", "apiKey": api_key}
         if c.ca_file:
@@ -62,9 +55,14 @@ class Lineage:
                 self.client().emit(event)
             except Exception as e:  # noqa: BLE001 - any transport's failure: replication goes on
                 where = self.config.url if self.config.transport == "http" else self.settings.path(self.config.file)
-                log(f"lineage: {len(events) - sent} event(s) not sent to {where}: {type(e).__name__}: "
-                    f"{str(e).splitlines()[0][:300] if str(e) else ''}", level="warning", event="lineage-not-sent",
-                    job=event.job.name)
+                log(f"lineage: {len(events) - sent} event(s) not sent to {where}: {first_line(e)}",
+                    level="warning", event="lineage-not-sent", job=event.job.name)
                 break
             sent += 1
         return sent
+
+
+def first_line(e: BaseException) -> str:
+    """An error in one line, for a warning: its type and the first line of its text."""
+    text = str(e).splitlines()
+    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__

@@ -93,17 +93,16 @@ def _schema(columns) -> schema_dataset.SchemaDatasetFacet:
         schema_dataset.SchemaDatasetFacetFields(name=name, type=kind) for name, kind in columns])
 
 
-def _lineage(flow: Flow, source: Place, masking: bool) -> column_lineage_dataset.ColumnLineageDatasetFacet:
-    """Each column from its namesake in `source`; a masked column's as a masking transformation
-    where `masking` (the step that hashes it), else as the identity it is there."""
+def _lineage(flow: Flow, source: Place, hashes: bool) -> column_lineage_dataset.ColumnLineageDatasetFacet:
+    """Each column from its namesake in `source`: a masked column's as the masking
+    transformation it goes through where this step `hashes` it, every other as the identity."""
     def transformation(name: str) -> column_lineage_dataset.Transformation:
-        if name in flow.masked and masking:
+        if name in flow.masked and hashes:
             return column_lineage_dataset.Transformation(
                 type="DIRECT", subtype="TRANSFORMATION", masking=True,
                 description="HMAC-SHA256 with the masking key" + (
                     f" (fingerprint {flow.mask_fingerprint})" if flow.mask_fingerprint else ""))
-        return column_lineage_dataset.Transformation(type="DIRECT", subtype="IDENTITY",
-                                                      masking=name in flow.masked)
+        return column_lineage_dataset.Transformation(type="DIRECT", subtype="IDENTITY", masking=False)
 
     return column_lineage_dataset.ColumnLineageDatasetFacet(fields={
         name: column_lineage_dataset.Fields(inputFields=[column_lineage_dataset.InputField(
@@ -111,8 +110,10 @@ def _lineage(flow: Flow, source: Place, masking: bool) -> column_lineage_dataset
         for name, _ in flow.columns})
 
 
-def _protection(flow: Flow) -> ProtectionDatasetFacet:
-    return ProtectionDatasetFacet(masked=sorted(flow.masked), excluded=sorted(flow.excluded),
+def _protection(flow: Flow, hashed: bool) -> ProtectionDatasetFacet:
+    """What the dataset withholds: its masked columns when they are hashes there (`hashed`),
+    the excluded ones always."""
+    return ProtectionDatasetFacet(masked=sorted(flow.masked) if hashed else [], excluded=sorted(flow.excluded),
                                   maskKeyFingerprint=flow.mask_fingerprint, producer=PRODUCER)
 
 
@@ -126,11 +127,11 @@ def _job(namespace: str, kind: str, flow: Flow) -> Job:
 
 def captured(namespace: str, flow: Flow, run_id: str, at: dt.datetime) -> RunEvent:
     """`cdc register` configured the capture of `flow.table`: source table -> topic. The topic's
-    columns are the target's (the excluded ones are never captured; with `masked_in_connector`
-    the masked ones are hashes from here on)."""
+    columns are the target's (the excluded ones are never captured); with `masked_in_connector`
+    the masked ones are hashes from here on, else in clear until the job hashes them."""
     topic_facets = {"schema": _schema(flow.columns),
-                    "columnLineage": _lineage(flow, flow.source, masking=flow.masked_in_connector),
-                    "cdc_protection": _protection(flow)}
+                    "columnLineage": _lineage(flow, flow.source, hashes=flow.masked_in_connector),
+                    "cdc_protection": _protection(flow, hashed=flow.masked_in_connector)}
     return RunEvent(eventType=RunState.COMPLETE, eventTime=at.isoformat(), producer=PRODUCER,
                     run=Run(runId=run_id), job=_job(namespace, CAPTURE, flow),
                     inputs=[InputDataset(namespace=flow.source.namespace, name=flow.source.name)],
@@ -142,8 +143,8 @@ def applied(namespace: str, flow: Flow, run_id: str, at: dt.datetime, state: str
     """A run of `cdc run` for `flow.table` (`state`: START, COMPLETE or FAIL, with `error`):
     topic -> target."""
     facets = {"schema": _schema(flow.columns),
-              "columnLineage": _lineage(flow, flow.topic, masking=not flow.masked_in_connector),
-              "cdc_protection": _protection(flow)}
+              "columnLineage": _lineage(flow, flow.topic, hashes=not flow.masked_in_connector),
+              "cdc_protection": _protection(flow, hashed=True)}
     if flow.target_alias is not None:
         facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(identifiers=[symlinks_dataset.Identifier(
             namespace=flow.target_alias.namespace, name=flow.target_alias.name, type="TABLE")])

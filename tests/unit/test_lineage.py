@@ -76,11 +76,24 @@ def test_a_run_applies_the_topic_to_the_target_and_says_where_masking_happens():
     assert target["facets"]["symlinks"]["identifiers"] == [
         {"namespace": "iceberg://lake", "name": "shop.people", "type": "TABLE"}]
     hashed = target["facets"]["columnLineage"]["fields"]["email"]["inputFields"][0]["transformations"][0]
-    assert hashed["subtype"] == "IDENTITY" and hashed["masking"] is True  # hashed before Kafka already
-    by_job = as_json(events.applied("prod", flow(masked_in_connector=False), RUN, AT, "COMPLETE"))
-    hashed = by_job["outputs"][0]["facets"]["columnLineage"]["fields"]["email"]["inputFields"][0]["transformations"][0]
-    assert hashed["subtype"] == "TRANSFORMATION" and hashed["masking"] is True and "0123456789abcdef" in \
-        hashed["description"]
+    assert hashed["subtype"] == "IDENTITY" and hashed["masking"] is False  # hashed before Kafka already
+    assert target["facets"]["cdc_protection"]["masked"] == ["email"]
+
+
+def test_where_the_job_hashes_the_topic_holds_clear_values_and_the_apply_step_masks():
+    plain = flow(masked_in_connector=False)
+    topic = as_json(events.captured("prod", plain, RUN, AT))["outputs"][0]["facets"]
+    step = topic["columnLineage"]["fields"]["email"]["inputFields"][0]["transformations"][0]
+    assert (step["subtype"], step["masking"]) == ("IDENTITY", False)
+    assert topic["cdc_protection"]["masked"] == [] and topic["cdc_protection"]["excluded"] == ["ssn"]
+    target = as_json(events.applied("prod", plain, RUN, AT, "COMPLETE"))["outputs"][0]["facets"]
+    step = target["columnLineage"]["fields"]["email"]["inputFields"][0]["transformations"][0]
+    assert step["subtype"] == "TRANSFORMATION" and step["masking"] is True and "0123456789abcdef" in \
+        step["description"]
+    assert target["cdc_protection"]["masked"] == ["email"]
+
+
+def test_a_failed_run_carries_its_error():
     failed = as_json(events.applied("prod", flow(), RUN, AT, "FAIL", error="target gone"))
     assert failed["eventType"] == "FAIL" and failed["run"]["facets"]["errorMessage"]["message"] == "target gone"
 
@@ -159,13 +172,28 @@ def test_a_run_starts_each_table_and_ends_it_completed_or_failed_with_its_error(
     from cdc.register.lineage import RunLineage
 
     settings = Settings(root=tmp_path, lineage={"transport": "file", "file": "events.ndjson"})
-    runs = RunLineage(settings, [])
-    runs.flows = {name: flow(table=name) for name in ("shop.a", "shop.b")}
-    runs.runs = {"shop.a": RUN, "shop.b": "0194f0e4-7c1e-7a51-9d7d-6d8b2f0b9c11"}
+    runs = RunLineage(settings, [], read=lambda settings, tables: {n: flow(table=n) for n in ("shop.a", "shop.b")})
     runs.started()
     runs.ended({"shop.b": "target gone"})
     sent = [json.loads(line) for line in (tmp_path / "events.ndjson").read_text().splitlines()]
+    a, b = runs.runs["shop.a"], runs.runs["shop.b"]
     assert [(e["job"]["name"], e["eventType"], e["run"]["runId"]) for e in sent] == [
-        ("apply.shop.a", "START", RUN), ("apply.shop.b", "START", runs.runs["shop.b"]),
-        ("apply.shop.a", "COMPLETE", RUN), ("apply.shop.b", "FAIL", runs.runs["shop.b"])]
+        ("apply.shop.a", "START", a), ("apply.shop.b", "START", b),
+        ("apply.shop.a", "COMPLETE", a), ("apply.shop.b", "FAIL", b)] and a != b
     assert sent[-1]["run"]["facets"]["errorMessage"]["message"] == "target gone"
+
+
+def test_lineage_off_reads_nothing_and_a_lineage_secret_left_unset_stops_no_command(tmp_path, monkeypatch,
+                                                                                    capsys):
+    from cdc.config.loader import load_settings
+    from cdc.register.lineage import RunLineage
+
+    runs = RunLineage(Settings(), [], read=lambda settings, tables: pytest.fail("read with lineage off"))
+    runs.started()
+    runs.ended({})
+    monkeypatch.delenv("LINEAGE_KEY", raising=False)
+    (tmp_path / "cdc.yaml").write_text("lineage:\n  transport: http\n  url: http://127.0.0.1:9\n"
+                                       "  api_key: ${LINEAGE_KEY}\n  timeout_s: 1\n")
+    settings = load_settings(tmp_path / "cdc.yaml")  # loads: the key is read only when an event is sent
+    assert Lineage(settings).send([events.captured("cdc", flow(), RUN, AT)]) == 0
+    assert "LINEAGE_KEY" in capsys.readouterr().err
