@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(config, items):
         tier = Path(str(item.fspath)).parent.name
         if tier in ("spark", "integration", "chaos"):
             item.add_marker(getattr(pytest.mark, tier))
+        if config.getoption("--soak") or config.getoption("--diff-rounds") > 1:
+            item.add_marker(pytest.mark.timeout(0))  # a long run by request: no per-test bound
         callspec = getattr(item, "callspec", None)
         if item.get_closest_marker("delta_long") and callspec and callspec.params.get("h") == "delta":
             item.add_marker(pytest.mark.long)  # the semantics harness `h` on a Delta target

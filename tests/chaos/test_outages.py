@@ -68,16 +68,15 @@ def test_connect_worker_killed_mid_stream(oenv, stack):
     stop, out = threading.Event(), {}
     t = writer(oenv, "outage_c", stop, out)
     try:
-        while "txid" not in out:
-            time.sleep(0.05)
+        eventually(lambda: "txid" in out, "the writer's first transaction", 60, 0.05, alive=t.is_alive)
         oenv.wait_captured(out["txid"])  # changes are flowing through the connector
         os.killpg(stack.connect.process.pid(), signal.SIGKILL)
         killed_at = out["txid"]
-        while out["txid"] < killed_at + 20:  # changes at the source while the worker is gone
-            time.sleep(0.05)
+        eventually(lambda: out["txid"] >= killed_at + 20, "20 transactions while the worker is gone", 120, 0.05,
+                   alive=t.is_alive)
     finally:
         stop.set()
-        t.join()
+        t.join(60)
     connector_back(oenv, stack)
     oenv.replicate("outage_c", out["txid"])  # Debezium re-emits from its last flushed offset
     assert_equal(oenv.dsn, oenv.schema, "outage_c", oenv.catalog, f"{oenv.schema}.outage_c", ("id",))
