@@ -601,6 +601,10 @@ class LineageSettings(Frozen):
     def _http(cls, v: str | None) -> str | None:
         return check_http_url(v, "url", "http://marquez:5000")
 
+    @property
+    def on(self) -> bool:
+        return self.transport != "none"
+
     @model_validator(mode="after")
     def _complete(self) -> "LineageSettings":
         if self.transport == "file" and self.file is None:

@@ -18,7 +18,7 @@ class Lineage:
 
     def __init__(self, settings: Settings):
         self.settings, self.config = settings, settings.lineage
-        self.enabled = self.config.transport != "none"
+        self.enabled = self.config.on
         self._client: OpenLineageClient | None = None
 
     @property

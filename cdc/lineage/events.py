@@ -16,8 +16,7 @@ from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, R
 from openlineage.client.facet_v2 import (column_lineage_dataset, DatasetFacet, error_message_run, job_type_job,
                                          schema_dataset, symlinks_dataset)
 
-VERSION = "0.1.0"
-PRODUCER = f"urn:cdc:{VERSION}"  # who emitted the event (a URI, as OpenLineage asks)
+PRODUCER = "urn:cdc"  # who emitted the event (a URI, as OpenLineage asks)
 PROTECTION_SCHEMA = "urn:cdc:facets:protection:1"  # docs/schema/lineage-protection.schema.json
 CAPTURE, APPLY = "capture", "apply"
 
@@ -42,13 +41,10 @@ class Flow:
     target: Place
     target_alias: Place | None  # the catalog's name of the target (a symlink), if it has one
     columns: tuple[tuple[str, str], ...]  # (name, source type) of the columns that reach the target
-    key: tuple[str, ...]
     masked: tuple[str, ...]
     excluded: tuple[str, ...]
     mask_fingerprint: str | None
     masked_in_connector: bool  # the connector hashes the masked columns (else the job does)
-    mode: str
-    sink: str
 
 
 @attr.define

@@ -22,10 +22,6 @@ from cdc.sinks.targets import table_columns
 ENDED_WAIT_S = 30.0  # how long the end of a run waits for its START events to be sent
 
 
-def enabled(settings: Settings) -> bool:
-    return settings.lineage.transport != "none"
-
-
 def _recorded(settings: Settings, catalog, reg: TableRegistration) -> tuple[dict, str] | None:
     """The target's properties and location (None: it does not exist)."""
     if reg.sink == "delta":
@@ -46,7 +42,7 @@ def flow_of(settings: Settings, catalog, reg: TableRegistration):
     if recorded is None:
         return None
     properties, location = recorded
-    columns, key, topic = table_columns(properties)
+    columns, _, topic = table_columns(properties)
     src = settings.sources[reg.source.name]
     alias = None if reg.sink == "delta" else events.Place(f"iceberg://{settings.catalog.name}", reg.target)
     return events.Flow(
@@ -55,10 +51,9 @@ def flow_of(settings: Settings, catalog, reg: TableRegistration):
                                       reg.source.table),
         topic=events.place_of_topic(settings.kafka_bootstrap, topic),
         target=events.place_of_location(location), target_alias=alias,
-        columns=tuple((c.name, c.source_type or c.kind) for c in columns), key=key,
+        columns=tuple((c.name, c.source_type or c.kind) for c in columns),
         masked=tuple(reg.mask), excluded=tuple(reg.exclude),
-        mask_fingerprint=properties.get(PROP_MASK_KEY), masked_in_connector=settings.masking.in_connector,
-        mode=reg.mode, sink=reg.sink)
+        mask_fingerprint=properties.get(PROP_MASK_KEY), masked_in_connector=settings.masking.in_connector)
 
 
 def flows(settings: Settings, tables: list[TableRegistration]) -> dict:
@@ -88,7 +83,7 @@ def now() -> dt.datetime:
 
 def send_registered(settings: Settings, tables: list[TableRegistration]) -> None:
     """After `cdc register`: each table's capture job, source table -> topic."""
-    if not enabled(settings):
+    if not settings.lineage.on:
         return
     from cdc.lineage import events
     from cdc.lineage.emit import Lineage
@@ -109,7 +104,7 @@ class RunLineage:
         self._starting: threading.Thread | None = None
 
     def started(self) -> None:
-        if not enabled(self.settings):
+        if not self.settings.lineage.on:
             return
 
         def start() -> None:

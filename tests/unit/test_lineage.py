@@ -26,9 +26,8 @@ def flow(**changes) -> events.Flow:
         topic=events.place_of_topic("broker-1:9092,broker-2:9092", "pg.shop.people"),
         target=events.place_of_location("s3://lake/warehouse/shop/people"),
         target_alias=events.Place("iceberg://lake", "shop.people"),
-        columns=(("id", "int4"), ("name", "text"), ("email", "text")), key=("id",),
-        masked=("email",), excluded=("ssn",), mask_fingerprint="0123456789abcdef", masked_in_connector=True,
-        mode="upsert", sink="iceberg")
+        columns=(("id", "int4"), ("name", "text"), ("email", "text")),
+        masked=("email",), excluded=("ssn",), mask_fingerprint="0123456789abcdef", masked_in_connector=True)
     return events.Flow(**{**values, **changes})
 
 
