@@ -680,6 +680,12 @@ class SparkSettings(Frozen):
                     "the warehouse out of reach), with backoff, before it gives the table up: its job state becomes "
                     "failed with the last error, the other tables go on, and a continuous job tries it again every "
                     "60 s. A job whose every table is given up exits 3, naming each error.")
+    direct_writes: bool = Field(
+        True,
+        description="A batch of an Iceberg upsert target with nothing to look up in the target (no delete, "
+                    "truncate, key change or unchanged value left out; at most 50,000 records) is written as a "
+                    "data file and deletion vectors and committed as one RowDelta, without planning a MERGE; "
+                    "every other batch, and every Delta one, goes through the MERGE. Off: every batch does.")
     extra_conf: dict[str, str] = Field(
         {},
         description="Further Spark properties (name to string value), set last so they override cdc's own; "

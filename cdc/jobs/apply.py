@@ -34,6 +34,7 @@ from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_del
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
+from cdc.sinks.direct import write as write_directly
 from cdc.sinks.formats import TABLE_CLAUSES, add_missing_columns, format_of, open_table
 from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
@@ -176,6 +177,7 @@ class TableApplier:
     compact_every_files: int = 0  # data files a partition added between two rewrites of the small ones (0: never)
     max_snapshots: int = 0  # snapshots the job keeps of an Iceberg target and its tables (0: all)
     max_record_bytes: int = MAX_VALUE_BYTES  # kafka.max_record_bytes: the longest record value decoded
+    direct_writes: bool = True  # spark.direct_writes: a batch the plan allows is written without a MERGE
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -440,8 +442,10 @@ class TableApplier:
         if "_schema" in events.columns and {f for s in stats for f in s.schemas} - self.schemas.keys():
             raise UnseenSchema(self.name)
         events = events.drop("_schema")
+        refusal = table.direct_refusal(self.key, tuple(c.name for c in self.columns)) if self.direct_writes \
+            else "direct writes off (spark.direct_writes)"
         target = Target(self.topic, self.topic_id, self.job, self.mode, toast, bucketing[0] if bucketing else None,
-                        committed, summary, self.schemas if self.registry is None else None)
+                        committed, summary, self.schemas if self.registry is None else None, refusal)
         plan = plan_batch(stats, target, batch_id, planned_end)
         if plan is None:
             return
@@ -536,7 +540,7 @@ class TableApplier:
             else:
                 events.join(moved, ["_partition", "_offset"], "left").createOrReplaceTempView(deletes)
         before = self._commit(spark, table, view, deletes, plan.props if final else None, toast, batch_id,
-                              plan.buckets)
+                              plan.buckets, None if plan.direct else changes)
         table.refresh()
         if not final:
             return
@@ -721,10 +725,11 @@ class TableApplier:
         return f"cdc:{self.name}:{query or self.job}", batch_id
 
     def _commit(self, spark, table, view: str, deletes: str | None, props: dict | None, toast: tuple[str, ...],
-                batch_id: int, buckets: tuple[str, tuple[int, ...]] | None = None):
+                batch_id: int, buckets: tuple[str, tuple[int, ...]] | None = None, direct: DataFrame | None = None):
         """The delete memory's insert of the `deletes` view's delete events, then the target's
-        one commit (a MERGE, or an append into an empty target) stamped with the batch's
-        offsets and identity (unless `props` is None); returns the table's version before it."""
+        one commit stamped with the batch's offsets and identity (unless `props` is None): the
+        `direct` changes written without a MERGE (sinks/direct.py) when the plan allows, else a
+        MERGE, or an append into an empty target; returns the table's version before it."""
         if deletes:  # before the target's commit: a crash in between re-runs both
             with self.timer.step("delete memory"):
                 run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, deletes, self.key)),
@@ -733,6 +738,11 @@ class TableApplier:
         table.refresh()
         before = table.version()
         names, floor = tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT)
+        if direct is not None:
+            with self.timer.step("direct"):
+                run_with_conflict_retries(lambda: write_directly(spark, self.target_ref, direct, self.key, floor,
+                                                                 props or {}), table=self.name)
+            return before
         if self.mode == "history":
             statement = history_merge_sql(self.target_ref, view, self.key, names)
         elif table.holds_no_rows():  # a first load (a snapshot's `r` events): a bulk append

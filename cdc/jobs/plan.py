@@ -11,6 +11,7 @@ from cdc.planning import unchanged
 from cdc.planning.merge import KEY_BUCKETS
 
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
+DIRECT_RECORDS = 50_000  # up to this many records, a batch may be written directly (by one task)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Target:
     committed: dict[int, int]  # the offsets its last commit carries
     summary: dict | None  # its last commit's summary
     record_schemas: dict[int, list] | None = None  # the record schemas judged so far (JSON without a registry)
+    refusal: str | None = None  # why the target takes no direct write (sinks/direct.py; None: it does)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def plan_batch(stats: list[PartitionStats], target: Target, batch_id: int,
     plan = BatchPlan(props, truncate_steps(truncates, target.mode), dead_letters=sum(s.errors for s in stats),
                      buckets=buckets, key_changes=bool(target.toast) and unchanged.needs_resolution(stats),
                      placeholders=bool(target.toast) and any(s.placeholders for s in stats), deletes=deletes)
-    return replace(plan, direct=not_direct(plan, target.mode))
+    return replace(plan, direct=not_direct(plan, target, sum(s.records for s in stats)))
 
 
 def truncate_steps(truncates: list[tuple[str, int | None]], mode: str) -> tuple[Changes | Truncate, ...]:
@@ -139,13 +141,16 @@ def truncate_steps(truncates: list[tuple[str, int | None]], mode: str) -> tuple[
     return (*steps, Changes(after=lower))
 
 
-def not_direct(plan: BatchPlan, mode: str) -> tuple[str, ...]:
+def not_direct(plan: BatchPlan, target: Target, records: int) -> tuple[str, ...]:
     """Why the batch's changes cannot be written without a MERGE (empty: they can): the
-    direct write takes an upsert target's last change per key whose rows are whole."""
+    direct write takes an upsert target's last change per key whose rows are whole, into a
+    target it writes exactly (`Target.refusal`), in one task."""
     return tuple(reason for reason, holds in (
-        (f"{mode} mode", mode != "upsert"),
+        (target.refusal, target.refusal is not None),
+        (f"{target.mode} mode", target.mode != "upsert"),
         ("a truncate", any(isinstance(s, Truncate) for s in plan.steps)),
         ("a key change", plan.key_changes),
         ("unchanged values to look up", plan.placeholders),
         ("deletes to remember", plan.deletes),
+        (f"more than {DIRECT_RECORDS:,} records", records > DIRECT_RECORDS),
     ) if holds)

@@ -17,7 +17,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
 from cdc.planning.merge import DELETES_SUFFIX, table_ref
 from cdc.planning.sql import q
-from cdc.sinks import delta, iceberg_spark
+from cdc.sinks import delta, direct, iceberg_spark
 from cdc.sinks.session import jvm_class
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
@@ -105,6 +105,10 @@ class IcebergTarget:
 
     def holds_no_rows(self) -> bool:
         return iceberg_spark.holds_no_rows(self.table)
+
+    def direct_refusal(self, key: tuple[str, ...], columns: tuple[str, ...]) -> str | None:
+        """Why a batch of `columns` keyed by `key` cannot be written without a MERGE (None: it can)."""
+        return direct.refusal(self.spark, self.table, key, columns)
 
     def _total(self, key: str) -> int:
         """A total of the current snapshot's summary (0 before the first snapshot)."""
@@ -259,6 +263,10 @@ class DeltaTarget:
         checksum = self._snapshot.checksumOpt()
         files = checksum.get().numFiles() if checksum.isDefined() else self._snapshot.numOfFiles()
         return files == 0
+
+    def direct_refusal(self, key: tuple[str, ...], columns: tuple[str, ...]) -> str | None:
+        """Delta keeps its MERGE (docs/internals.md, the direct path)."""
+        return "a Delta target"
 
     def stored_bytes(self) -> int:
         """The size of the table's data files (from the commit's checksum file when there is one)."""

@@ -8,8 +8,8 @@ from cdc.jobs.plan import Changes, PartitionStats, Target, Truncate, plan_batch,
 
 
 def target(mode: str = "upsert", toast: tuple[str, ...] = (), committed: dict | None = None,
-           bucket: str | None = None, schemas: dict | None = None) -> Target:
-    return Target("src.shop.t", "topic-id", "job-1", mode, toast, bucket, committed or {}, None, schemas)
+           bucket: str | None = None, schemas: dict | None = None, refusal: str | None = None) -> Target:
+    return Target("src.shop.t", "topic-id", "job-1", mode, toast, bucket, committed or {}, None, schemas, refusal)
 
 
 def offsets(plan) -> dict:
@@ -63,3 +63,7 @@ def test_why_a_batch_cannot_be_written_directly():
     lacking = PartitionStats(0, 0, 1, 2, placeholders=1, deletes=1, truncates=(("0000000001", 1),))
     assert plan_batch([lacking], target("soft_delete", toast), 1, {}).direct == (
         "soft_delete mode", "a truncate", "unchanged values to look up", "deletes to remember")
+    big = [PartitionStats(0, 0, 59_999, 60_000)]
+    assert plan_batch(big, target(refusal="a partitioned target"), 1, {}).direct == (
+        "a partitioned target", "more than 50,000 records")
+    assert plan_batch(big[:1], target(), 1, {}).direct == ("more than 50,000 records",)

@@ -21,14 +21,13 @@ import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.FileFormat;
 import org.apache.iceberg.FileScanTask;
+import org.apache.iceberg.HasTableOperations;
 import org.apache.iceberg.MetadataColumns;
 import org.apache.iceberg.RowDelta;
 import org.apache.iceberg.Schema;
 import org.apache.iceberg.SerializableTable;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.data.BaseDeleteLoader;
-import org.apache.iceberg.data.Record;
-import org.apache.iceberg.data.parquet.GenericParquetReaders;
 import org.apache.iceberg.deletes.BaseDVFileWriter;
 import org.apache.iceberg.deletes.PositionDeleteIndex;
 import org.apache.iceberg.expressions.Expression;
@@ -40,39 +39,52 @@ import org.apache.iceberg.io.OutputFileFactory;
 import org.apache.iceberg.parquet.Parquet;
 import org.apache.iceberg.spark.Spark3Util;
 import org.apache.iceberg.spark.SparkSchemaUtil;
+import org.apache.iceberg.spark.data.SparkParquetReaders;
 import org.apache.iceberg.spark.data.SparkParquetWriters;
+import org.apache.iceberg.types.Type;
 import org.apache.iceberg.types.Types;
 import org.apache.spark.HashPartitioner;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 import scala.Tuple2;
 
 /**
- * The direct path's prototype (bench/direct.py): the last change per key of many upsert-mode,
- * unpartitioned Iceberg targets, applied in one Spark job and committed as one RowDelta per
- * target, with no query plan per target. A task per target finds the current rows of its keys
- * (the data files the key filter keeps, their deletion vectors applied), writes one data file of
- * the rows to insert and the deletion vectors of the rows replaced or deleted (merged with the
- * file's previous vector); the driver commits each target's files.
+ * The direct path: the last change per key of upsert-mode, unpartitioned Iceberg targets of
+ * format version 3, applied with no query plan per target. A task per target finds the current
+ * rows of its keys (the data files the key filter keeps, their deletion vectors applied), writes
+ * one data file of the rows to insert and the deletion vectors of the rows replaced or deleted
+ * (merged with the file's previous vector); the driver commits each target's files as one
+ * RowDelta carrying the batch's summary. {@link #applyOne} is a running job's (jobs/apply.py),
+ * {@link #apply} the benchmark's many targets in one job (bench/direct.py).
  *
- * <p>Input: column 0 the target's name, then the target's columns in its schema's order, then
- * {@code _op} (c, u, r or d) and {@code _deleted_position} (the delete memory's newest position
- * of the key, or null). The guards are MERGE's of planning/merge.py for upsert mode without a
- * truncate floor, tombstones or unchanged values.
+ * <p>The guards are the MERGE's of planning/merge.py in upsert mode: a change replaces a row only
+ * when newer than its position; a delete removes it when newer; a tombstone removes a row written
+ * earlier in its Kafka partition; an upsert inserts a key no row holds when newer than the key's
+ * remembered delete ({@code _deleted_position}) and than the last truncate (the floor).
  */
 public final class DirectDelta {
   private DirectDelta() {}
+
+  static final String TOMBSTONE = "tombstone";  // planning/sql.py's TOMBSTONE
+  /** The batch view's names (planning/merge.py) of the target's metadata columns. */
+  static final Map<String, String> FROM_VIEW = Map.of(
+      "_cdc_op", "_op", "_cdc_position", "_position", "_cdc_source_ts", "_source_ts",
+      "_cdc_kafka_partition", "_partition", "_cdc_kafka_offset", "_offset");
 
   /** One target's files, written by its task, committed by the driver. */
   static final class Written implements Serializable {
@@ -83,18 +95,114 @@ public final class DirectDelta {
     List<DeleteFile> replaced = new ArrayList<>();
     List<String> referenced = new ArrayList<>();
     long found;
+    long inserted;
+    long removed;
     long taskNanos;
+    Expression filter = Expressions.alwaysTrue();
+  }
+
+  /**
+   * Apply one target's batch: {@code changes} is the batch view of the MERGE (one row per key:
+   * the target's columns by their names, the metadata as {@code _op}, {@code _position}, ...,
+   * and {@code _deleted_position}), applied to Spark table {@code name} keyed by {@code key},
+   * with {@code floor} the last truncate's position (or null). One Spark job of one task, then
+   * one RowDelta carrying {@code summary} (none when nothing changes). Returns the rows found,
+   * inserted and removed.
+   */
+  public static long[] applyOne(SparkSession spark, String name, Dataset<Row> changes, List<String> key,
+                                String floor, Map<String, String> summary) throws Exception {
+    Table table = Spark3Util.loadIcebergTable(spark, name);
+    table.refresh();
+    String refused = refusal(table, key, List.of(changes.columns()));
+    if (refused != null) {
+      throw new IllegalArgumentException("the direct path cannot write " + name + ": " + refused);
+    }
+    Table copy = SerializableTable.copyOf(table);
+    long base = table.currentSnapshot() == null ? -1L : table.currentSnapshot().snapshotId();
+    Dataset<Row> input = asInput(changes, table.schema(), name);
+    JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
+    Broadcast<Table> shared = jsc.broadcast(copy);
+    List<String> keys = List.copyOf(key);
+    List<Written> written;
+    try {
+      written = input.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
+        List<InternalRow> copied = new ArrayList<>();
+        it.forEachRemaining(r -> copied.add(r.copy()));
+        return List.of(write(shared.value(), base, name, copied, keys, floor)).iterator();
+      }).collect();
+    } finally {
+      shared.destroy(false);
+    }
+    Written w = written.get(0);
+    commit(table, w, summary);
+    return new long[] {w.found, w.inserted, w.removed};
+  }
+
+  /** Iceberg types of a key the direct path matches exactly (Spark's values of them compare as the
+   * MERGE's equality does; floats and binaries do not). */
+  static final Set<Type.TypeID> KEY_TYPES = Set.of(Type.TypeID.INTEGER, Type.TypeID.LONG, Type.TypeID.STRING,
+      Type.TypeID.DATE, Type.TypeID.TIMESTAMP, Type.TypeID.DECIMAL, Type.TypeID.BOOLEAN);
+
+  /**
+   * Why the direct path cannot write {@code table} exactly as the MERGE of {@code columns} (the
+   * batch's data columns) keyed by {@code key} would, or null when it can: the target must be
+   * unpartitioned, of format version 3 (deletion vectors), keyed by types whose values compare
+   * exactly, and hold no column beyond the batch's and the metadata (a MERGE's update keeps such
+   * a column's value; a row written anew could not).
+   */
+  public static String refusal(Table table, List<String> key, List<String> columns) {
+    if (!table.spec().isUnpartitioned()) {
+      return "a partitioned target";
+    }
+    int version = ((HasTableOperations) table).operations().current().formatVersion();
+    if (version < 3) {
+      return "format version " + version;
+    }
+    for (String k : key) {
+      Types.NestedField f = table.schema().findField(k);
+      if (f == null || !KEY_TYPES.contains(f.type().typeId())) {
+        return "a key of type " + (f == null ? "unknown" : f.type());
+      }
+    }
+    Set<String> carried = new HashSet<>(columns);
+    carried.addAll(FROM_VIEW.keySet());
+    for (Types.NestedField f : table.schema().columns()) {
+      if (!carried.contains(f.name())) {
+        return "a target column the batch does not carry (" + f.name() + ")";
+      }
+    }
+    return null;
+  }
+
+  /** The batch view as the task's input: the target's name, its columns in its schema's order
+   * (each cast to its type), {@code _op} and {@code _deleted_position}. */
+  static Dataset<Row> asInput(Dataset<Row> changes, Schema schema, String name) {
+    StructType types = SparkSchemaUtil.convert(schema);
+    List<Column> columns = new ArrayList<>();
+    columns.add(functions.lit(name).alias("_table"));
+    for (StructField f : types.fields()) {
+      columns.add(changes.col(quoted(FROM_VIEW.getOrDefault(f.name(), f.name()))).cast(f.dataType()).alias(f.name()));
+    }
+    columns.add(changes.col("_op"));
+    columns.add(changes.col("_deleted_position"));
+    return changes.select(columns.toArray(new Column[0]));
+  }
+
+  private static String quoted(String name) {
+    return "`" + name.replace("`", "``") + "`";
   }
 
   /**
    * Apply {@code changes} to {@code tables} (Spark names), keyed by {@code key}: one job, then one
-   * RowDelta a target carrying {@code summary}, {@code committers} targets at once. Returns, per
-   * target in order: the CPU nanoseconds of its commit (its committing thread's), the wall
-   * nanoseconds of its commit, its task's wall nanoseconds, the rows found; then a last row: the
-   * wall nanoseconds of loading the targets, of the job, of the commits.
+   * RowDelta a target carrying {@code summary}, {@code committers} targets at once. Input: column 0
+   * the target's name, then the target's columns in its schema's order, then {@code _op} and
+   * {@code _deleted_position}. Returns, per target in order: the CPU nanoseconds of its commit (its
+   * committing thread's), the wall nanoseconds of its commit, its task's wall nanoseconds, the rows
+   * found; then a last row: the wall nanoseconds of loading the targets, of the job, of the commits.
    */
   public static long[][] apply(SparkSession spark, List<String> tables, Dataset<Row> changes, String key,
                                Map<String, String> summary, int committers) throws Exception {
+    List<String> keys = List.of(key);
     long began = System.nanoTime();
     Map<String, Table> loaded = new LinkedHashMap<>();
     HashMap<String, Table> copies = new HashMap<>();
@@ -118,13 +226,14 @@ public final class DirectDelta {
       written = rows.coalesce(1).mapPartitions(it -> {
         List<InternalRow> copied = new ArrayList<>();
         it.forEachRemaining(r -> copied.add(r.copy()));
-        return List.of(write(shared.value().get(name), sharedBases.value().get(name), name, copied, key)).iterator();
+        return List.of(write(shared.value().get(name), sharedBases.value().get(name), name, copied, keys, null))
+            .iterator();
       }).collect();
     } else {
       written = rows.mapToPair(r -> new Tuple2<>(r.getUTF8String(0).toString(), r.copy()))
           .groupByKey(new HashPartitioner(parts))
           .map(group -> write(shared.value().get(group._1()), sharedBases.value().get(group._1()), group._1(),
-                              group._2(), key))
+                              group._2(), keys, null))
           .collect();
     }
     shared.destroy(false);
@@ -160,13 +269,13 @@ public final class DirectDelta {
 
   static void commit(Table table, Written w, Map<String, String> summary) {
     if (w.data.isEmpty() && w.deletes.isEmpty()) {
-      return;
+      return;  // the caller commits the summary alone
     }
     RowDelta delta = table.newRowDelta();
     if (w.base >= 0) {
       delta.validateFromSnapshot(w.base);
     }
-    delta.validateDataFilesExist(w.referenced).validateDeletedFiles()
+    delta.conflictDetectionFilter(w.filter).validateDataFilesExist(w.referenced).validateDeletedFiles()
         .validateNoConflictingDataFiles().validateNoConflictingDeleteFiles();
     w.data.forEach(delta::addRows);
     w.deletes.forEach(delta::addDeletes);
@@ -175,27 +284,40 @@ public final class DirectDelta {
     delta.commit();
   }
 
-  /** A current row of a key: its data file, position, and the position of its last change. */
-  private record Found(String file, long pos, String position) {}
+  /** A current row of a key: its data file and position, the position of its last change, and
+   * the Kafka partition and offset it was written from (a tombstone's guard). */
+  private record Found(String file, long pos, UTF8String position, Integer partition, Long offset) {}
 
-  static Written write(Table table, long base, String name, Iterable<InternalRow> rows, String key) {
+  static Written write(Table table, long base, String name, Iterable<InternalRow> rows, List<String> key,
+                       String floor) {
     long started = System.nanoTime();
     Schema schema = table.schema();
     StructType sparkType = SparkSchemaUtil.convert(schema);
     int columns = schema.columns().size();
-    int keyAt = 1 + indexOf(schema, key);
+    int[] keyAt = new int[key.size()];
+    DataType[] keyTypes = new DataType[key.size()];
+    for (int i = 0; i < key.size(); i++) {
+      keyAt[i] = 1 + indexOf(schema, key.get(i));
+      keyTypes[i] = sparkType.fields()[keyAt[i] - 1].dataType();
+    }
     int positionAt = 1 + indexOf(schema, "_cdc_position");
-    DataType keyType = sparkType.fields()[keyAt - 1].dataType();
-    Map<Object, InternalRow> byKey = new LinkedHashMap<>();
+    int partitionAt = 1 + indexOf(schema, "_cdc_kafka_partition");
+    int offsetAt = 1 + indexOf(schema, "_cdc_kafka_offset");
+    UTF8String floorAt = floor == null ? null : UTF8String.fromString(floor);
+    Map<List<Object>, InternalRow> byKey = new LinkedHashMap<>();
     for (InternalRow row : rows) {
-      byKey.put(javaValue(row.get(keyAt, keyType)), row);
+      List<Object> k = keyOf(row, keyAt, keyTypes);
+      if (k != null) {  // a null key matches no row (the MERGE's equality): it only inserts
+        byKey.put(k, row);
+      }
     }
     Written w = new Written();
     w.table = name;
     w.base = base;
+    w.filter = keyFilter(key, keyTypes, byKey.keySet());
     Map<String, PositionDeleteIndex> previous = new HashMap<>();
-    Map<Object, Found> current = base < 0 ? Map.of() : find(table, base, key, byKey.keySet(), previous);
-    w.found = current.size();
+    Map<List<Object>, List<Found>> current = base < 0 || byKey.isEmpty() ? Map.of()
+        : find(table, base, key, keyTypes, w.filter, byKey.keySet(), previous);
     TaskContext task = TaskContext.get();
     int partitionId = task == null ? 0 : task.partitionId();
     long taskId = task == null ? 0 : task.taskAttemptId();
@@ -207,26 +329,39 @@ public final class DirectDelta {
       DataWriter<InternalRow> data = null;
       BaseDVFileWriter dv = new BaseDVFileWriter(vectors, previous::get);
       Set<String> referenced = new HashSet<>();
-      for (Map.Entry<Object, InternalRow> e : byKey.entrySet()) {
+      for (Map.Entry<List<Object>, InternalRow> e : byKey.entrySet()) {
         InternalRow row = e.getValue();
-        String op = row.getUTF8String(columns + 1).toString();
-        String position = row.isNullAt(positionAt) ? null : row.getUTF8String(positionAt).toString();
-        Found held = current.get(e.getKey());
-        boolean upsert = !"d".equals(op);
-        boolean insert;
-        if (held != null) {
-          boolean newer = held.position() == null || (position != null && position.compareTo(held.position()) > 0);
-          if (!newer) {
-            continue;
+        String op = row.isNullAt(columns + 1) ? "" : row.getUTF8String(columns + 1).toString();
+        UTF8String position = row.isNullAt(positionAt) ? null : row.getUTF8String(positionAt).clone();
+        boolean upsert = "c".equals(op) || "u".equals(op) || "r".equals(op);
+        List<Found> held = current.getOrDefault(e.getKey(), List.of());
+        int inserts = 0;
+        for (Found h : held) {
+          boolean newer = h.position() == null || (position != null && position.compareTo(h.position()) > 0);
+          boolean remove;
+          if ("d".equals(op)) {
+            remove = newer;
+          } else if (TOMBSTONE.equals(op)) {
+            remove = h.partition() != null && !row.isNullAt(partitionAt) && h.offset() != null
+                     && !row.isNullAt(offsetAt) && h.partition() == row.getInt(partitionAt)
+                     && row.getLong(offsetAt) > h.offset();
+          } else {
+            remove = upsert && newer;
+            inserts += remove ? 1 : 0;  // an update: the row replaced by the change's
           }
-          dv.delete(held.file(), held.pos(), table.spec(), null);
-          referenced.add(held.file());
-          insert = upsert;
-        } else {
-          String deleted = row.isNullAt(columns + 2) ? null : row.getUTF8String(columns + 2).toString();
-          insert = upsert && (deleted == null || (position != null && position.compareTo(deleted) > 0));
+          if (remove) {
+            dv.delete(h.file(), h.pos(), table.spec(), null);
+            referenced.add(h.file());
+            w.removed += 1;
+          }
         }
-        if (insert) {
+        if (held.isEmpty() && upsert) {
+          UTF8String deleted = row.isNullAt(columns + 2) ? null : row.getUTF8String(columns + 2);
+          boolean afterDelete = deleted == null || (position != null && position.compareTo(deleted) > 0);
+          boolean afterFloor = floorAt == null || (position != null && position.compareTo(floorAt) > 0);
+          inserts = afterDelete && afterFloor ? 1 : 0;
+        }
+        for (int n = 0; n < inserts; n++) {
           if (data == null) {
             data = Parquet.writeData(files.newOutputFile()).forTable(table).withSpec(table.spec())
                 .createWriterFunc(msg -> SparkParquetWriters.buildWriter(sparkType, msg)).overwrite().build();
@@ -236,6 +371,7 @@ public final class DirectDelta {
             values[i] = row.get(i + 1, sparkType.fields()[i].dataType());
           }
           data.write(new GenericInternalRow(values));
+          w.inserted += 1;
         }
       }
       if (data != null) {
@@ -250,21 +386,74 @@ public final class DirectDelta {
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
+    w.found = current.values().stream().mapToLong(List::size).sum();
     w.taskNanos = System.nanoTime() - started;
     return w;
   }
 
+  /** A row's key as comparable values (Spark's own: UTF8String, Decimal, Long, ...); null when a
+   * part of it is null. */
+  private static List<Object> keyOf(InternalRow row, int[] at, DataType[] types) {
+    List<Object> k = new ArrayList<>(at.length);
+    for (int i = 0; i < at.length; i++) {
+      if (row.isNullAt(at[i])) {
+        return null;
+      }
+      Object v = row.get(at[i], types[i]);
+      k.add(v instanceof UTF8String u ? u.clone() : v);
+    }
+    return k;
+  }
+
+  /** The filter that keeps the data files (and rows) that may hold {@code keys}: each key column
+   * in the batch's values of it (a superset of the keys for a key of several columns). */
+  static Expression keyFilter(List<String> key, DataType[] types, Set<List<Object>> keys) {
+    Expression filter = Expressions.alwaysTrue();
+    if (keys.isEmpty()) {
+      return Expressions.alwaysFalse();
+    }
+    for (int i = 0; i < key.size(); i++) {
+      Set<Object> values = new HashSet<>();
+      for (List<Object> k : keys) {
+        values.add(icebergValue(k.get(i)));
+      }
+      filter = Expressions.and(filter, Expressions.in(key.get(i), values.toArray()));
+    }
+    return filter;
+  }
+
+  /** A Spark key value as an Iceberg literal's: dates as days, timestamps as microseconds. */
+  private static Object icebergValue(Object v) {
+    if (v instanceof UTF8String u) {
+      return u.toString();
+    }
+    if (v instanceof Decimal d) {
+      return d.toJavaBigDecimal();
+    }
+    if (v instanceof Short || v instanceof Byte) {
+      return ((Number) v).intValue();
+    }
+    return v;
+  }
+
   /** The current rows of {@code keys} as of snapshot {@code base}: the files the key filter keeps,
-   * read for the key and the position only, their deletion vectors applied (kept in {@code previous}
-   * for the new vectors to merge). */
-  static Map<Object, Found> find(Table table, long base, String key, Set<Object> keys,
-                                 Map<String, PositionDeleteIndex> previous) {
-    Expression filter = Expressions.in(key, keys.toArray());
-    Types.NestedField keyField = table.schema().findField(key);
-    Types.NestedField positionField = table.schema().findField("_cdc_position");
-    Schema projection = new Schema(keyField, positionField, MetadataColumns.ROW_POSITION);
+   * read for the key, the position and the Kafka place only, their deletion vectors applied (kept
+   * in {@code previous} for the new vectors to merge). */
+  static Map<List<Object>, List<Found>> find(Table table, long base, List<String> key, DataType[] keyTypes,
+                                             Expression filter, Set<List<Object>> keys,
+                                             Map<String, PositionDeleteIndex> previous) {
+    List<Types.NestedField> fields = new ArrayList<>();
+    for (String k : key) {
+      fields.add(table.schema().findField(k));
+    }
+    for (String m : List.of("_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset")) {
+      fields.add(table.schema().findField(m));
+    }
+    fields.add(MetadataColumns.ROW_POSITION);
+    Schema projection = new Schema(fields);
+    int n = key.size();
     BaseDeleteLoader loader = new BaseDeleteLoader(f -> table.io().newInputFile(f.location(), f.fileSizeInBytes()));
-    Map<Object, Found> found = new HashMap<>();
+    Map<List<Object>, List<Found>> found = new HashMap<>();
     try (CloseableIterable<FileScanTask> tasks = table.newScan().useSnapshot(base).filter(filter).planFiles()) {
       for (FileScanTask task : tasks) {
         DataFile file = task.file();
@@ -273,18 +462,23 @@ public final class DirectDelta {
         if (!task.deletes().isEmpty()) {
           previous.put(file.location(), deleted);
         }
-        try (CloseableIterable<Record> records = Parquet.read(table.io().newInputFile(file.location(),
+        try (CloseableIterable<InternalRow> records = Parquet.read(table.io().newInputFile(file.location(),
                 file.fileSizeInBytes()))
             .project(projection).filter(filter)
-            .createReaderFunc(fileSchema -> GenericParquetReaders.buildReader(projection, fileSchema)).build()) {
-          for (Record r : records) {
-            long pos = (Long) r.get(2);
-            Object k = javaValue(r.get(0));
+            .createReaderFunc(fileSchema -> SparkParquetReaders.buildReader(projection, fileSchema)).build()) {
+          for (InternalRow r : records) {
+            long pos = r.getLong(n + 3);
+            List<Object> k = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+              Object v = r.isNullAt(i) ? null : r.get(i, keyTypes[i]);
+              k.add(v instanceof UTF8String u ? u.clone() : v);
+            }
             if (!keys.contains(k) || deleted.isDeleted(pos)) {
               continue;
             }
-            Object position = r.get(1);
-            found.put(k, new Found(file.location(), pos, position == null ? null : position.toString()));
+            found.computeIfAbsent(k, x -> new ArrayList<>()).add(new Found(
+                file.location(), pos, r.isNullAt(n) ? null : r.getUTF8String(n).clone(),
+                r.isNullAt(n + 1) ? null : r.getInt(n + 1), r.isNullAt(n + 2) ? null : r.getLong(n + 2)));
           }
         }
       }
@@ -302,9 +496,5 @@ public final class DirectDelta {
       }
     }
     throw new IllegalArgumentException("no column " + name + " in " + schema);
-  }
-
-  private static Object javaValue(Object v) {
-    return v instanceof UTF8String || v instanceof CharSequence ? v.toString() : v;
   }
 }

@@ -1,0 +1,40 @@
+"""The direct path into an Iceberg target (jvm/direct, `cdc.direct.DirectDelta`): a batch's
+last change per key written as a data file and deletion vectors and committed as one
+RowDelta, with no MERGE planned. It does what planning/merge.py's MERGE does in upsert mode,
+and only where that is provably the same (`refusal`, and the batch's own reasons in
+jobs/plan.py); everything else goes through the MERGE."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdc.sinks.session import jvm_class
+
+HELPER = "cdc.direct.DirectDelta"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a direct write did: the target's rows it found for the batch's keys, inserted and removed."""
+
+    found: int
+    inserted: int
+    removed: int
+
+
+def refusal(spark, table, key: tuple[str, ...], columns: tuple[str, ...]) -> str | None:
+    """Why the Iceberg `table` (org.apache.iceberg.Table) cannot take a direct write of a batch
+    of `columns` keyed by `key`: partitioned, below format version 3, a key type whose values
+    do not compare exactly, a column the batch does not carry (None: it can)."""
+    return jvm_class(spark, HELPER).refusal(table, list(key), list(columns))
+
+
+def write(spark, ref: str, changes, key: tuple[str, ...], floor: str | None, props: dict[str, str]) -> Written:
+    """Write `changes` (the MERGE's batch view: one row per key) to the Iceberg target `ref`
+    in one Spark job and commit one RowDelta stamped with `props`; no commit when nothing
+    changes (the caller then commits `props` alone)."""
+    summary = spark._jvm.java.util.HashMap()
+    for k, v in props.items():
+        summary.put(k, v)
+    found, inserted, removed = jvm_class(spark, HELPER).applyOne(spark._jsparkSession, ref, changes._jdf, list(key),
+                                                                 floor, summary)
+    return Written(found, inserted, removed)

@@ -1,0 +1,117 @@
+"""A running job's direct path (sinks/direct.py, jvm/direct): batches of Debezium records
+through the real apply step, written without a MERGE where the plan allows, make the same
+target as the MERGE does (read back by pyiceberg and by Spark), with the same offsets; every
+batch it cannot take exactly goes through the MERGE, and a target it cannot write says why."""
+from __future__ import annotations
+
+from cdc.control.commits import parse_offsets
+from cdc.sinks import direct
+from cdc.sinks.formats import open_table
+from tests.spark.conftest import SCRATCH
+from tests.spark.test_merge_semantics import Harness
+
+ROW = {"v": "a", "n": 1}
+
+
+def both(scratch, table_name) -> tuple[Harness, Harness]:
+    """A target written directly where it can be, and one by the MERGE alone."""
+    spark, catalog = scratch
+    direct_one = Harness(spark, catalog, f"{table_name}_direct")
+    merged = Harness(spark, catalog, f"{table_name}_merged")
+    merged.applier.direct_writes = False
+    return direct_one, merged
+
+
+def rows(h: Harness) -> dict:
+    """The target's rows by key, read by pyiceberg, without the Kafka offset (each target has
+    a topic of its own, so its offsets are alike but its own)."""
+    return {k: {c: v for c, v in r.items() if c != "_cdc_kafka_offset"} for k, r in h.rows().items()}
+
+
+def apply_both(pair: tuple[Harness, Harness], records: list) -> str:
+    """Apply `records` to both targets, which then hold the same rows; the step the direct
+    one's commit took."""
+    for h in pair:
+        h.apply(records)
+    assert rows(pair[0]) == rows(pair[1])
+    steps = pair[0].applier.timer.steps
+    assert "direct" not in pair[1].applier.timer.steps
+    return "direct" if "direct" in steps else "merge" if "merge" in steps else "append" if "append" in steps else ""
+
+
+def test_direct_writes_make_the_merges_target(scratch, table_name):
+    pair = both(scratch, table_name)
+    d, t = pair[0], pair[0].topic
+    t.change("c", {"id": 1, "v": "a", "n": 1.5}, 100, 110)
+    t.change("c", {"id": 2, "v": "b", "n": None}, 100, 120)
+    t.change("c", {"id": 3, "v": "c", "n": 3}, 100, 130)
+    t.change("c", {"id": 4, "v": "d", "n": 4}, 100, 140)
+    t.change("u", {"id": 1, "v": "a2", "n": 2.5}, 100, 150)  # the last change of a key wins
+    assert apply_both(pair, t.take()) == "direct"  # into an empty target
+    t.change("u", {"id": 2, "v": "b2", "n": 2}, 200, 210)
+    t.change("u", {"id": 3, "v": "too old", "n": 0}, 50, 60)  # an older position never overwrites
+    t.change("c", {"id": 5, "v": "e", "n": 5}, 200, 220)
+    assert apply_both(pair, t.take()) == "direct"
+    t.change("u", {"id": 2, "v": "b3", "n": 3}, 300, 310)  # a row written directly, replaced again
+    t.tombstone({"id": 4})  # a lone tombstone: its row was written earlier in its partition
+    assert apply_both(pair, t.take()) == "direct"
+    t.change("d", {"id": 5, **ROW}, 400, 410)
+    assert apply_both(pair, t.take()) == "merge"  # deletes to remember
+    t.change("c", {"id": 5, "v": "older than its delete", "n": 5}, 350, 360)
+    t.change("c", {"id": 6, "v": "f", "n": 6}, 400, 420)
+    t.tombstone({"id": 6}, offset=0)  # earlier in its partition than the row: it stays
+    assert apply_both(pair, t.take()) == "direct"
+    assert d.values() == {1: "a2", 2: "b3", 3: "c", 6: "f"}
+    t.truncate(500, 510)
+    t.change("c", {"id": 7, "v": "after the truncate", "n": 7}, 500, 520)
+    assert apply_both(pair, t.take()) == "append"  # a truncate (then the emptied target takes an append)
+    t.change("c", {"id": 8, "v": "older than the truncate", "n": 8}, 450, 460)
+    t.change("u", {"id": 7, "v": "g", "n": 7}, 600, 610)
+    assert apply_both(pair, t.take()) == "direct"
+    t.change("u", {"id": 7, "v": "g", "n": 7}, 600, 610)  # redelivered at a new offset
+    assert apply_both(pair, t.take()) == "direct"
+
+    assert d.values() == {7: "g"}
+    spark = scratch[0]
+    by_spark = [sorted(tuple(r) for r in spark.table(h.applier.target_ref).drop("_cdc_kafka_offset").collect())
+                for h in pair]
+    assert by_spark[0] == by_spark[1]
+    assert [parse_offsets(s) for s in d.summaries()][-1] == {d.topic.name: {0: d.topic.next_offset}}
+    # Deletion vectors only, one a data file (a file's earlier vector merged into its new one).
+    files = spark.sql(f"SELECT file_format, referenced_data_file FROM {d.applier.target_ref}.delete_files").collect()
+    assert files and {f.file_format for f in files} == {"PUFFIN"}
+    assert len({f.referenced_data_file for f in files}) == len(files)
+
+
+def test_a_target_the_direct_path_cannot_write_says_why(scratch, table_name):
+    spark, _ = scratch
+    meta = ("_cdc_op string, _cdc_position string, _cdc_source_ts timestamp, _cdc_kafka_partition int, "
+            "_cdc_kafka_offset bigint")
+    cases = {
+        "a key of type double": ("id double, v string", "", 3),
+        "a partitioned target": ("id bigint, v string", " PARTITIONED BY (bucket(4, id))", 3),
+        "format version 2": ("id bigint, v string", "", 2),
+        "a target column the batch does not carry (extra)": ("id bigint, v string, extra string", "", 3),
+        None: ("id bigint, v string", "", 3),
+    }
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {SCRATCH}.default")
+    for n, (reason, (columns, spec, version)) in enumerate(cases.items()):
+        ref = f"{SCRATCH}.default.{table_name}_{n}"
+        spark.sql(f"CREATE TABLE {ref} ({columns}, {meta}) USING iceberg{spec} "
+                  f"TBLPROPERTIES ('format-version' = '{version}')")
+        assert open_table(spark, ref).direct_refusal(("id",), ("id", "v")) == reason, ref
+        assert direct.refusal(spark, open_table(spark, ref).table, ("id",), ("id", "v")) == reason
+
+
+def test_direct_writes_off_and_delta_targets_take_the_merge(scratch, table_name, tmp_path):
+    spark, catalog = scratch
+    off = Harness(spark, catalog, table_name)
+    off.applier.direct_writes = False
+    on_delta = Harness(spark, catalog, table_name, sink="delta", delta_root=tmp_path)
+    for h in (off, on_delta):
+        h.topic.change("c", {"id": 1, **ROW}, 100, 110)
+        h.apply()
+        h.topic.change("u", {"id": 1, "v": "b", "n": 2}, 200, 210)
+        h.apply()
+        assert "direct" not in h.applier.timer.steps and "merge" in h.applier.timer.steps
+        assert h.values() == {1: "b"}
