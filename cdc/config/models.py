@@ -682,8 +682,8 @@ class SparkSettings(Frozen):
                     "60 s. A job whose every table is given up exits 3, naming each error.")
     direct_writes: bool = Field(
         True,
-        description="A batch of an Iceberg upsert target with nothing to look up in the target (no delete, "
-                    "truncate, key change or unchanged value left out; at most 50,000 records) is written as a "
+        description="A batch of an Iceberg upsert target with nothing to look up in the target (no truncate, "
+                    "key change or unchanged value left out; at most 50,000 records) is written as a "
                     "data file and deletion vectors and committed as one RowDelta, without planning a MERGE; "
                     "every other batch, and every Delta one, goes through the MERGE. Off: every batch does.")
     extra_conf: dict[str, str] = Field(

@@ -34,7 +34,7 @@ from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_del
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.sinks.direct import write as write_directly
+from cdc.sinks.direct import remember as remember_directly, write as write_directly
 from cdc.sinks.formats import TABLE_CLAUSES, add_missing_columns, format_of, open_table
 from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
@@ -534,11 +534,9 @@ class TableApplier:
         if plan.deletes:
             # The memory takes the batch's delete events (persisted), not the last change per
             # key: a delete is remembered at its own position, so the dedupe runs once, in the MERGE.
-            deletes = self._view("cdc_deletes")
-            if moved is None:
-                events.withColumn("_moved", F.lit(None).cast("string")).createOrReplaceTempView(deletes)
-            else:
-                events.join(moved, ["_partition", "_offset"], "left").createOrReplaceTempView(deletes)
+            deletes = events.where(F.col("_op") == "d")
+            deletes = deletes.withColumn("_moved", F.lit(None).cast("string")) if moved is None else \
+                deletes.join(moved, ["_partition", "_offset"], "left")
         before = self._commit(spark, table, view, deletes, plan.props if final else None, toast, batch_id,
                               plan.buckets, None if plan.direct else changes)
         table.refresh()
@@ -724,16 +722,22 @@ class TableApplier:
             query = json.loads((self.checkpoint / "metadata").read_text().splitlines()[0]).get("id")
         return f"cdc:{self.name}:{query or self.job}", batch_id
 
-    def _commit(self, spark, table, view: str, deletes: str | None, props: dict | None, toast: tuple[str, ...],
-                batch_id: int, buckets: tuple[str, tuple[int, ...]] | None = None, direct: DataFrame | None = None):
-        """The delete memory's insert of the `deletes` view's delete events, then the target's
-        one commit stamped with the batch's offsets and identity (unless `props` is None): the
-        `direct` changes written without a MERGE (sinks/direct.py) when the plan allows, else a
-        MERGE, or an append into an empty target; returns the table's version before it."""
-        if deletes:  # before the target's commit: a crash in between re-runs both
+    def _commit(self, spark, table, view: str, deletes: DataFrame | None, props: dict | None,
+                toast: tuple[str, ...], batch_id: int, buckets: tuple[str, tuple[int, ...]] | None = None,
+                direct: DataFrame | None = None):
+        """The delete memory's insert of the `deletes` events, then the target's one commit
+        stamped with the batch's offsets and identity (unless `props` is None): the `direct`
+        changes written without a MERGE (sinks/direct.py) when the plan allows, else a MERGE,
+        or an append into an empty target; returns the table's version before it."""
+        if deletes is not None:  # before the target's commit: a crash in between re-runs both
             with self.timer.step("delete memory"):
-                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(self.deletes_ref, deletes, self.key)),
-                                          table=self.name)
+                if direct is not None:
+                    run_with_conflict_retries(lambda: remember_directly(spark, self.deletes_ref, deletes),
+                                              table=self.name)
+                else:
+                    deletes.createOrReplaceTempView(self._view("cdc_deletes"))
+                    run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(
+                        self.deletes_ref, self._view("cdc_deletes"), self.key)), table=self.name)
             self.remembered_since += 1
         table.refresh()
         before = table.version()

@@ -143,14 +143,14 @@ def truncate_steps(truncates: list[tuple[str, int | None]], mode: str) -> tuple[
 
 def not_direct(plan: BatchPlan, target: Target, records: int) -> tuple[str, ...]:
     """Why the batch's changes cannot be written without a MERGE (empty: they can): the
-    direct write takes an upsert target's last change per key whose rows are whole, into a
-    target it writes exactly (`Target.refusal`), in one task."""
+    direct write takes an upsert target's last change per key whose rows are whole (its
+    deletes remembered by an append of its own), into a target it writes exactly
+    (`Target.refusal`), in one task."""
     return tuple(reason for reason, holds in (
         (target.refusal, target.refusal is not None),
         (f"{target.mode} mode", target.mode != "upsert"),
         ("a truncate", any(isinstance(s, Truncate) for s in plan.steps)),
         ("a key change", plan.key_changes),
         ("unchanged values to look up", plan.placeholders),
-        ("deletes to remember", plan.deletes),
         (f"more than {DIRECT_RECORDS:,} records", records > DIRECT_RECORDS),
     ) if holds)

@@ -38,3 +38,10 @@ def write(spark, ref: str, changes, key: tuple[str, ...], floor: str | None, pro
     found, inserted, removed = jvm_class(spark, HELPER).applyOne(spark._jsparkSession, ref, changes._jdf, list(key),
                                                                  floor, summary)
     return Written(found, inserted, removed)
+
+
+def remember(spark, memory_ref: str, deletes) -> int:
+    """Append the `deletes` events (key columns, `_position`, `_source_ts`, `_moved`) to the
+    Iceberg delete memory `memory_ref` in one Spark job and one append, without an INSERT
+    planned; returns the rows appended."""
+    return jvm_class(spark, HELPER).remember(spark._jsparkSession, memory_ref, deletes._jdf)

@@ -56,12 +56,15 @@ def test_direct_writes_make_the_merges_target(scratch, table_name):
     t.tombstone({"id": 4})  # a lone tombstone: its row was written earlier in its partition
     assert apply_both(pair, t.take()) == "direct"
     t.change("d", {"id": 5, **ROW}, 400, 410)
-    assert apply_both(pair, t.take()) == "merge"  # deletes to remember
+    t.change("d", {"id": 9, **ROW}, 400, 420)  # a key the target never held: remembered all the same
+    assert apply_both(pair, t.take()) == "direct"
     t.change("c", {"id": 5, "v": "older than its delete", "n": 5}, 350, 360)
     t.change("c", {"id": 6, "v": "f", "n": 6}, 400, 420)
     t.tombstone({"id": 6}, offset=0)  # earlier in its partition than the row: it stays
     assert apply_both(pair, t.take()) == "direct"
     assert d.values() == {1: "a2", 2: "b3", 3: "c", 6: "f"}
+    memory = [sorted((r["id"], r["_cdc_position"]) for r in h._read("__cdc_deletes")) for h in pair]
+    assert memory[0] == memory[1] and [k for k, _ in memory[0]] == [5, 9]
     t.truncate(500, 510)
     t.change("c", {"id": 7, "v": "after the truncate", "n": 7}, 500, 520)
     assert apply_both(pair, t.take()) == "append"  # a truncate (then the emptied target takes an append)

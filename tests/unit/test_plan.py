@@ -62,7 +62,8 @@ def test_why_a_batch_cannot_be_written_directly():
     assert not plan_batch([moved], target(), 1, {}).key_changes  # no column to look up
     lacking = PartitionStats(0, 0, 1, 2, placeholders=1, deletes=1, truncates=(("0000000001", 1),))
     assert plan_batch([lacking], target("soft_delete", toast), 1, {}).direct == (
-        "soft_delete mode", "a truncate", "unchanged values to look up", "deletes to remember")
+        "soft_delete mode", "a truncate", "unchanged values to look up")
+    assert plan_batch([PartitionStats(0, 0, 1, 2, deletes=1)], target(), 1, {}).direct == ()
     big = [PartitionStats(0, 0, 59_999, 60_000)]
     assert plan_batch(big, target(refusal="a partitioned target"), 1, {}).direct == (
         "a partitioned target", "more than 50,000 records")

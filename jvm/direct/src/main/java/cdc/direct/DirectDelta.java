@@ -138,6 +138,60 @@ public final class DirectDelta {
     return new long[] {w.found, w.inserted, w.removed};
   }
 
+  /**
+   * Append a batch's delete events to the target's delete memory {@code memory} (planning/merge.py's
+   * remember_deletes_sql without a statement): {@code deletes} holds the key columns, {@code _position},
+   * {@code _source_ts} and {@code _moved}; one Spark job of one task writes one data file, and the
+   * driver appends it. Returns the rows appended (none: no commit).
+   */
+  public static long remember(SparkSession spark, String memory, Dataset<Row> deletes) throws Exception {
+    Table table = Spark3Util.loadIcebergTable(spark, memory);
+    table.refresh();
+    if (!table.spec().isUnpartitioned()) {
+      throw new IllegalArgumentException("a delete memory is unpartitioned: " + memory);
+    }
+    StructType types = SparkSchemaUtil.convert(table.schema());
+    List<Column> columns = new ArrayList<>();
+    for (StructField f : types.fields()) {
+      String from = FROM_VIEW.getOrDefault(f.name(), "_cdc_moved".equals(f.name()) ? "_moved" : f.name());
+      columns.add(deletes.col(quoted(from)).cast(f.dataType()).alias(f.name()));
+    }
+    Dataset<Row> input = deletes.select(columns.toArray(new Column[0]));
+    Broadcast<Table> shared = JavaSparkContext.fromSparkContext(spark.sparkContext())
+        .broadcast(SerializableTable.copyOf(table));
+    List<DataFile> files;
+    try {
+      files = input.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
+        Table t = shared.value();
+        TaskContext task = TaskContext.get();
+        OutputFileFactory out = OutputFileFactory.builderFor(t, task == null ? 0 : task.partitionId(),
+            task == null ? 0 : task.taskAttemptId()).format(FileFormat.PARQUET).build();
+        DataWriter<InternalRow> data = null;
+        while (it.hasNext()) {
+          if (data == null) {
+            data = Parquet.writeData(out.newOutputFile()).forTable(t).withSpec(t.spec())
+                .createWriterFunc(msg -> SparkParquetWriters.buildWriter(types, msg)).overwrite().build();
+          }
+          data.write(it.next());
+        }
+        if (data == null) {
+          return List.<DataFile>of().iterator();
+        }
+        data.close();
+        return List.of(data.toDataFile()).iterator();
+      }).collect();
+    } finally {
+      shared.destroy(false);
+    }
+    if (files.isEmpty()) {
+      return 0L;
+    }
+    org.apache.iceberg.AppendFiles append = table.newAppend();
+    files.forEach(append::appendFile);
+    append.commit();
+    return files.stream().mapToLong(DataFile::recordCount).sum();
+  }
+
   /** Iceberg types of a key the direct path matches exactly (Spark's values of them compare as the
    * MERGE's equality does; floats and binaries do not). */
   static final Set<Type.TypeID> KEY_TYPES = Set.of(Type.TypeID.INTEGER, Type.TypeID.LONG, Type.TypeID.STRING,
