@@ -878,6 +878,10 @@ class TableOptions(Frozen):
         24, ge=0,
         description="`cdc maintain` expires the target's snapshots older than this many hours (never the newest "
                     "one with cdc offsets); for Delta, its VACUUM retention.")
+    direct_writes: bool | None = Field(
+        None,
+        description="This table's batches written without a MERGE where they can be (see `spark.direct_writes`); "
+                    "false: every batch of it goes through the MERGE. Unset: `spark.direct_writes`.")
 
 
 MODES = ("upsert", "history", "soft_delete")

@@ -177,7 +177,7 @@ class TableApplier:
     compact_every_files: int = 0  # data files a partition added between two rewrites of the small ones (0: never)
     max_snapshots: int = 0  # snapshots the job keeps of an Iceberg target and its tables (0: all)
     max_record_bytes: int = MAX_VALUE_BYTES  # kafka.max_record_bytes: the longest record value decoded
-    direct_writes: bool = True  # spark.direct_writes: a batch the plan allows is written without a MERGE
+    direct_writes: bool = True  # a batch the plan allows is written without a MERGE (spark.direct_writes)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -443,7 +443,7 @@ class TableApplier:
             raise UnseenSchema(self.name)
         events = events.drop("_schema")
         refusal = table.direct_refusal(self.key, tuple(c.name for c in self.columns)) if self.direct_writes \
-            else "direct writes off (spark.direct_writes)"
+            else "direct writes off (spark.direct_writes, options.direct_writes)"
         target = Target(self.topic, self.topic_id, self.job, self.mode, toast, bucketing[0] if bucketing else None,
                         committed, summary, self.schemas if self.registry is None else None, refusal)
         plan = plan_batch(stats, target, batch_id, planned_end)

@@ -74,7 +74,8 @@ class Queries:
                             compact_every_files=reg.options.compact_every_files,
                             max_snapshots=reg.options.max_snapshots,
                             max_record_bytes=settings.kafka.max_record_bytes,
-                            direct_writes=settings.spark.direct_writes,
+                            direct_writes=settings.spark.direct_writes if reg.options.direct_writes is None
+                            else reg.options.direct_writes,
                             source_kind=settings.sources[reg.source.name].kind,
                             registry=self.registry_of(reg),
                             mode=reg.mode, excluded=reg.exclude,
