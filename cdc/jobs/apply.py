@@ -744,8 +744,8 @@ class TableApplier:
         names, floor = tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT)
         if direct is not None:
             with self.timer.step("direct"):
-                run_with_conflict_retries(lambda: write_directly(spark, self.target_ref, direct, self.key, floor,
-                                                                 props or {}), table=self.name)
+                run_with_conflict_retries(lambda: write_directly(spark, self.target_ref, direct, self.key, names,
+                                                                 floor, props or {}), table=self.name)
             return before
         if self.mode == "history":
             statement = history_merge_sql(self.target_ref, view, self.key, names)

@@ -24,19 +24,21 @@ class Written:
 def refusal(spark, table, key: tuple[str, ...], columns: tuple[str, ...]) -> str | None:
     """Why the Iceberg `table` (org.apache.iceberg.Table) cannot take a direct write of a batch
     of `columns` keyed by `key`: partitioned, below format version 3, a key type whose values
-    do not compare exactly, a column the batch does not carry (None: it can)."""
+    do not compare exactly, a column of the batch it lacks or one the batch does not carry
+    (None: it can)."""
     return jvm_class(spark, HELPER).refusal(table, list(key), list(columns))
 
 
-def write(spark, ref: str, changes, key: tuple[str, ...], floor: str | None, props: dict[str, str]) -> Written:
-    """Write `changes` (the MERGE's batch view: one row per key) to the Iceberg target `ref`
-    in one Spark job and commit one RowDelta stamped with `props`; no commit when nothing
-    changes (the caller then commits `props` alone)."""
+def write(spark, ref: str, changes, key: tuple[str, ...], columns: tuple[str, ...], floor: str | None,
+          props: dict[str, str]) -> Written:
+    """Write `changes` (the MERGE's batch view of data `columns`: one row per key) to the
+    Iceberg target `ref` in one Spark job and commit one RowDelta stamped with `props`; no
+    commit when nothing changes (the caller then commits `props` alone)."""
     summary = spark._jvm.java.util.HashMap()
     for k, v in props.items():
         summary.put(k, v)
     found, inserted, removed = jvm_class(spark, HELPER).applyOne(spark._jsparkSession, ref, changes._jdf, list(key),
-                                                                 floor, summary)
+                                                                 list(columns), floor, summary)
     return Written(found, inserted, removed)
 
 

@@ -95,6 +95,7 @@ def test_a_target_the_direct_path_cannot_write_says_why(scratch, table_name):
         "a partitioned target": ("id bigint, v string", " PARTITIONED BY (bucket(4, id))", 3),
         "format version 2": ("id bigint, v string", "", 2),
         "a target column the batch does not carry (extra)": ("id bigint, v string, extra string", "", 3),
+        "a batch column the target lacks (v)": ("id bigint", "", 3),  # dropped behind the job's back
         None: ("id bigint, v string", "", 3),
     }
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {SCRATCH}.default")

@@ -104,16 +104,17 @@ public final class DirectDelta {
   /**
    * Apply one target's batch: {@code changes} is the batch view of the MERGE (one row per key:
    * the target's columns by their names, the metadata as {@code _op}, {@code _position}, ...,
-   * and {@code _deleted_position}), applied to Spark table {@code name} keyed by {@code key},
-   * with {@code floor} the last truncate's position (or null). One Spark job of one task, then
+   * and {@code _deleted_position}) of data columns {@code columns}, applied to Spark table
+   * {@code name} keyed by {@code key}, with {@code floor} the last truncate's position (or null). One Spark job of one task, then
    * one RowDelta carrying {@code summary} (none when nothing changes). Returns the rows found,
    * inserted and removed.
    */
   public static long[] applyOne(SparkSession spark, String name, Dataset<Row> changes, List<String> key,
-                                String floor, Map<String, String> summary) throws Exception {
+                                List<String> columns, String floor, Map<String, String> summary)
+      throws Exception {
     Table table = Spark3Util.loadIcebergTable(spark, name);
     table.refresh();
-    String refused = refusal(table, key, List.of(changes.columns()));
+    String refused = refusal(table, key, columns);
     if (refused != null) {
       throw new IllegalArgumentException("the direct path cannot write " + name + ": " + refused);
     }
@@ -201,8 +202,9 @@ public final class DirectDelta {
    * Why the direct path cannot write {@code table} exactly as the MERGE of {@code columns} (the
    * batch's data columns) keyed by {@code key} would, or null when it can: the target must be
    * unpartitioned, of format version 3 (deletion vectors), keyed by types whose values compare
-   * exactly, and hold no column beyond the batch's and the metadata (a MERGE's update keeps such
-   * a column's value; a row written anew could not).
+   * exactly, hold every column of the batch (a MERGE fails on one it lacks) and no column beyond
+   * the batch's and the metadata (a MERGE's update keeps such a column's value; a row written
+   * anew could not).
    */
   public static String refusal(Table table, List<String> key, List<String> columns) {
     if (!table.spec().isUnpartitioned()) {
@@ -216,6 +218,11 @@ public final class DirectDelta {
       Types.NestedField f = table.schema().findField(k);
       if (f == null || !KEY_TYPES.contains(f.type().typeId())) {
         return "a key of type " + (f == null ? "unknown" : f.type());
+      }
+    }
+    for (String c : columns) {
+      if (table.schema().findField(c) == null) {  // the MERGE fails naming it; a row written anew would drop it
+        return "a batch column the target lacks (" + c + ")";
       }
     }
     Set<String> carried = new HashSet<>(columns);
