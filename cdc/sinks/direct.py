@@ -5,20 +5,9 @@ and only where that is provably the same (`refusal`, and the batch's own reasons
 jobs/plan.py); everything else goes through the MERGE."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from cdc.sinks.session import jvm_class
 
 HELPER = "cdc.direct.DirectDelta"
-
-
-@dataclass(frozen=True)
-class Written:
-    """What a direct write did: the target's rows it found for the batch's keys, inserted and removed."""
-
-    found: int
-    inserted: int
-    removed: int
 
 
 def refusal(spark, table, key: tuple[str, ...], columns: tuple[str, ...]) -> str | None:
@@ -30,16 +19,15 @@ def refusal(spark, table, key: tuple[str, ...], columns: tuple[str, ...]) -> str
 
 
 def write(spark, ref: str, changes, key: tuple[str, ...], columns: tuple[str, ...], floor: str | None,
-          props: dict[str, str]) -> Written:
+          props: dict[str, str]) -> None:
     """Write `changes` (the MERGE's batch view of data `columns`: one row per key) to the
     Iceberg target `ref` in one Spark job and commit one RowDelta stamped with `props`; no
     commit when nothing changes (the caller then commits `props` alone)."""
     summary = spark._jvm.java.util.HashMap()
     for k, v in props.items():
         summary.put(k, v)
-    found, inserted, removed = jvm_class(spark, HELPER).applyOne(spark._jsparkSession, ref, changes._jdf, list(key),
-                                                                 list(columns), floor, summary)
-    return Written(found, inserted, removed)
+    jvm_class(spark, HELPER).applyOne(spark._jsparkSession, ref, changes._jdf, list(key), list(columns), floor,
+                                      summary)
 
 
 def remember(spark, memory_ref: str, deletes) -> int:

@@ -513,6 +513,7 @@ public final class DirectDelta {
     fields.add(MetadataColumns.ROW_POSITION);
     Schema projection = new Schema(fields);
     int n = key.size();
+    int[] keyAt = java.util.stream.IntStream.range(0, n).toArray();
     BaseDeleteLoader loader = new BaseDeleteLoader(f -> table.io().newInputFile(f.location(), f.fileSizeInBytes()));
     Map<List<Object>, List<Found>> found = new HashMap<>();
     try (CloseableIterable<FileScanTask> tasks = table.newScan().useSnapshot(base).filter(filter).planFiles()) {
@@ -529,12 +530,8 @@ public final class DirectDelta {
             .createReaderFunc(fileSchema -> SparkParquetReaders.buildReader(projection, fileSchema)).build()) {
           for (InternalRow r : records) {
             long pos = r.getLong(n + 3);
-            List<Object> k = new ArrayList<>(n);
-            for (int i = 0; i < n; i++) {
-              Object v = r.isNullAt(i) ? null : r.get(i, keyTypes[i]);
-              k.add(v instanceof UTF8String u ? u.clone() : v);
-            }
-            if (!keys.contains(k) || deleted.isDeleted(pos)) {
+            List<Object> k = keyOf(r, keyAt, keyTypes);
+            if (k == null || !keys.contains(k) || deleted.isDeleted(pos)) {
               continue;
             }
             found.computeIfAbsent(k, x -> new ArrayList<>()).add(new Found(
