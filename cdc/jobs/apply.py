@@ -34,7 +34,7 @@ from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_del
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.sinks.direct import remember as remember_directly, write as write_directly
+from cdc.sinks.direct import write as write_directly
 from cdc.sinks.formats import TABLE_CLAUSES, add_missing_columns, format_of, open_table
 from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
@@ -507,7 +507,39 @@ class TableApplier:
                        names: tuple[str, ...], toast: tuple[str, ...], persisted: list, batch_id: int,
                        final: bool = True) -> None:
         """The batch's changes (or, `final` false, those before one of its truncates) in one
-        commit; only the final commit carries the batch's offsets and identity."""
+        commit, written directly when the plan allows, else by a MERGE; only the final commit
+        carries the batch's offsets and identity."""
+        if plan.direct:
+            before = self._merge_changes(spark, table, batch, events, plan, names, toast, persisted, batch_id, final)
+        else:
+            before = self._write_directly(spark, table, events, plan.props, names)
+        table.refresh()
+        if not final:
+            return
+        if table.version() == before:
+            table.commit_summary_only(plan.props, self._txn(batch_id))
+        crash_point("after-commit")
+        self._compact(spark, table)
+        self._expire(spark, table)
+        self._log_applied(stats, batch_id)
+
+    def _write_directly(self, spark, table, events: DataFrame, props: dict, names: tuple[str, ...]):
+        """The batch's `events` written without a MERGE (sinks/direct.py): deduped, guarded by the
+        delete memory, their deletes remembered, in one job; returns the table's version before it."""
+        table.refresh()
+        before, floor = table.version(), table.properties().get(TRUNCATED_AT)
+        with self.timer.step("direct"):
+            remembered = run_with_conflict_retries(lambda: write_directly(
+                spark, self.target_ref, self.deletes_ref, events, self.key, names, floor, props), table=self.name)
+        if remembered:
+            self.remembered_since += 1
+        return before
+
+    def _merge_changes(self, spark, table, batch: DataFrame, events: DataFrame, plan: BatchPlan,
+                       names: tuple[str, ...], toast: tuple[str, ...], persisted: list, batch_id: int,
+                       final: bool):
+        """The changes looked up (the delete memory, key changes, unchanged values), deduped
+        (or, in history mode, made versions) and merged; returns the table's version before it."""
         remembered = self._remembered_deletes(spark, events)
         moved = None
         if plan.key_changes:
@@ -537,17 +569,7 @@ class TableApplier:
             deletes = events.where(F.col("_op") == "d")
             deletes = deletes.withColumn("_moved", F.lit(None).cast("string")) if moved is None else \
                 deletes.join(moved, ["_partition", "_offset"], "left")
-        before = self._commit(spark, table, view, deletes, plan.props if final else None, toast, batch_id,
-                              plan.buckets, None if plan.direct else changes)
-        table.refresh()
-        if not final:
-            return
-        if table.version() == before:
-            table.commit_summary_only(plan.props, self._txn(batch_id))
-        crash_point("after-commit")
-        self._compact(spark, table)
-        self._expire(spark, table)
-        self._log_applied(stats, batch_id)
+        return self._commit(spark, table, view, deletes, plan.props if final else None, toast, batch_id, plan.buckets)
 
     def _compact(self, spark, table) -> None:
         """After a batch's commit, once `compact_every_files` data files a partition were added
@@ -723,30 +745,19 @@ class TableApplier:
         return f"cdc:{self.name}:{query or self.job}", batch_id
 
     def _commit(self, spark, table, view: str, deletes: DataFrame | None, props: dict | None,
-                toast: tuple[str, ...], batch_id: int, buckets: tuple[str, tuple[int, ...]] | None = None,
-                direct: DataFrame | None = None):
+                toast: tuple[str, ...], batch_id: int, buckets: tuple[str, tuple[int, ...]] | None = None):
         """The delete memory's insert of the `deletes` events, then the target's one commit
-        stamped with the batch's offsets and identity (unless `props` is None): the `direct`
-        changes written without a MERGE (sinks/direct.py) when the plan allows, else a MERGE,
-        or an append into an empty target; returns the table's version before it."""
+        stamped with the batch's offsets and identity (unless `props` is None): a MERGE, or an
+        append into an empty target; returns the table's version before it."""
         if deletes is not None:  # before the target's commit: a crash in between re-runs both
             with self.timer.step("delete memory"):
-                if direct is not None:
-                    run_with_conflict_retries(lambda: remember_directly(spark, self.deletes_ref, deletes),
-                                              table=self.name)
-                else:
-                    deletes.createOrReplaceTempView(self._view("cdc_deletes"))
-                    run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(
-                        self.deletes_ref, self._view("cdc_deletes"), self.key)), table=self.name)
+                deletes.createOrReplaceTempView(self._view("cdc_deletes"))
+                run_with_conflict_retries(lambda: spark.sql(remember_deletes_sql(
+                    self.deletes_ref, self._view("cdc_deletes"), self.key)), table=self.name)
             self.remembered_since += 1
         table.refresh()
         before = table.version()
         names, floor = tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT)
-        if direct is not None:
-            with self.timer.step("direct"):
-                run_with_conflict_retries(lambda: write_directly(spark, self.target_ref, direct, self.key, names,
-                                                                 floor, props or {}), table=self.name)
-            return before
         if self.mode == "history":
             statement = history_merge_sql(self.target_ref, view, self.key, names)
         elif table.holds_no_rows():  # a first load (a snapshot's `r` events): a bulk append

@@ -1,8 +1,9 @@
 """The direct path into an Iceberg target (jvm/direct, `cdc.direct.DirectDelta`): a batch's
-last change per key written as a data file and deletion vectors and committed as one
-RowDelta, with no MERGE planned. It does what planning/merge.py's MERGE does in upsert mode,
-and only where that is provably the same (`refusal`, and the batch's own reasons in
-jobs/plan.py); everything else goes through the MERGE."""
+events deduped, guarded by the delete memory and written as a data file and deletion
+vectors in one task, then committed as one RowDelta, with no MERGE planned. It does what
+planning/merge.py's MERGE does in upsert mode, and only where that is provably the same
+(`refusal`, and the batch's own reasons in jobs/plan.py); everything else goes through the
+MERGE."""
 from __future__ import annotations
 
 from cdc.sinks.session import jvm_class
@@ -18,20 +19,16 @@ def refusal(spark, table, key: tuple[str, ...], columns: tuple[str, ...]) -> str
     return jvm_class(spark, HELPER).refusal(table, list(key), list(columns))
 
 
-def write(spark, ref: str, changes, key: tuple[str, ...], columns: tuple[str, ...], floor: str | None,
-          props: dict[str, str]) -> None:
-    """Write `changes` (the MERGE's batch view of data `columns`: one row per key) to the
-    Iceberg target `ref` in one Spark job and commit one RowDelta stamped with `props`; no
-    commit when nothing changes (the caller then commits `props` alone)."""
+def write(spark, ref: str, memory_ref: str, events, key: tuple[str, ...], columns: tuple[str, ...],
+          floor: str | None, props: dict[str, str]) -> int:
+    """Apply a batch's change `events` (decoded, of data `columns`) to the Iceberg target `ref`
+    in one Spark job: its last change per key, guarded by each key's remembered delete in
+    `memory_ref` and by the truncate `floor`, and its delete events appended to that memory;
+    then one RowDelta stamped with `props` (none when nothing changes: the caller then commits
+    `props` alone). Returns the deletes remembered."""
     summary = spark._jvm.java.util.HashMap()
     for k, v in props.items():
         summary.put(k, v)
-    jvm_class(spark, HELPER).applyOne(spark._jsparkSession, ref, changes._jdf, list(key), list(columns), floor,
-                                      summary)
-
-
-def remember(spark, memory_ref: str, deletes) -> int:
-    """Append the `deletes` events (key columns, `_position`, `_source_ts`, `_moved`) to the
-    Iceberg delete memory `memory_ref` in one Spark job and one append, without an INSERT
-    planned; returns the rows appended."""
-    return jvm_class(spark, HELPER).remember(spark._jsparkSession, memory_ref, deletes._jdf)
+    counts = jvm_class(spark, HELPER).applyEvents(spark._jsparkSession, ref, memory_ref, events._jdf, list(key),
+                                                  list(columns), floor, summary)
+    return int(counts[3])

@@ -86,6 +86,40 @@ def test_direct_writes_make_the_merges_target(scratch, table_name):
     assert len({f.referenced_data_file for f in files}) == len(files)
 
 
+def test_the_direct_path_takes_the_last_change_per_key_as_the_merge_does(scratch, table_name):
+    pair = both(scratch, table_name)
+    d, t = pair[0], pair[0].topic
+    t.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    t.change("u", {"id": 1, "v": "a2", "n": 2}, 200, 210)  # the newest position wins
+    t.change("u", {"id": 2, "v": "b", "n": 2}, 300, 310)
+    t.change("u", {"id": 2, "v": "older, later in Kafka", "n": 0}, 150, 160)
+    t.change("c", {"id": 3, "v": "c", "n": 3}, 100, 130)
+    t.change("d", {"id": 3, **ROW}, 200, 220)
+    t.tombstone({"id": 3})  # after its delete: the key stays deleted, and remembered
+    t.change("c", {"id": 4, "v": "d", "n": 4}, 100, 140)
+    t.tombstone({"id": 4})
+    t.change("c", {"id": 4, "v": "after its tombstone", "n": 4}, 300, 320)  # the row stays
+    t.change("d", {"id": 5, **ROW}, 100, 150)
+    t.change("c", {"id": 5, "v": "older than its delete", "n": 5}, 90, 95)
+    t.tombstone({"id": 6})  # a lone tombstone of a key never held
+    t.change("c", {"id": 7, "v": "g", "n": 7}, 100, 170)
+    t.tombstone({"id": 7})  # a change then its tombstone: a delete
+    assert apply_both(pair, t.take()) == "direct"
+    assert d.values() == {1: "a2", 2: "b", 4: "after its tombstone"}
+    t.change("c", {"id": 5, "v": "still older than its delete", "n": 5}, 95, 96)
+    t.change("c", {"id": 3, "v": "after its delete", "n": 3}, 400, 405)
+    t.change("d", {"id": 8, **ROW}, 400, 410)
+    t.change("c", {"id": 8, "v": "after its delete in the batch", "n": 8}, 500, 510)
+    t.tombstone({"id": 1}, offset=0)  # earlier in its partition than the row
+    t.change("d", {"id": 4, **ROW}, 250, 260)  # older than the row
+    t.change("c", {"id": 2, "v": "older", "n": 0}, 100, 105)
+    assert apply_both(pair, t.take()) == "direct"
+    assert d.values() == {1: "a2", 2: "b", 3: "after its delete", 4: "after its tombstone",
+                          8: "after its delete in the batch"}
+    memory = [sorted((r["id"], r["_cdc_position"]) for r in h._read("__cdc_deletes")) for h in pair]
+    assert memory[0] == memory[1] and [k for k, _ in memory[0]] == [3, 4, 5, 8]
+
+
 def test_a_target_the_direct_path_cannot_write_says_why(scratch, table_name):
     spark, _ = scratch
     meta = ("_cdc_op string, _cdc_position string, _cdc_source_ts timestamp, _cdc_kafka_partition int, "

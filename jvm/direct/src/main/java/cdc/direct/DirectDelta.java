@@ -69,7 +69,7 @@ import scala.Tuple2;
  * rows of its keys (the data files the key filter keeps, their deletion vectors applied), writes
  * one data file of the rows to insert and the deletion vectors of the rows replaced or deleted
  * (merged with the file's previous vector); the driver commits each target's files as one
- * RowDelta carrying the batch's summary. {@link #applyOne} is a running job's (jobs/apply.py),
+ * RowDelta carrying the batch's summary. {@link #applyEvents} is a running job's (jobs/apply.py),
  * {@link #apply} the benchmark's many targets in one job (bench/direct.py).
  *
  * <p>The guards are the MERGE's of planning/merge.py in upsert mode: a change replaces a row only
@@ -94,6 +94,7 @@ public final class DirectDelta {
     List<DeleteFile> deletes = new ArrayList<>();
     List<DeleteFile> replaced = new ArrayList<>();
     List<String> referenced = new ArrayList<>();
+    DataFile memory;  // the batch's deletes, for the delete memory (applyEvents)
     long found;
     long inserted;
     long removed;
@@ -102,95 +103,67 @@ public final class DirectDelta {
   }
 
   /**
-   * Apply one target's batch: {@code changes} is the batch view of the MERGE (one row per key:
-   * the target's columns by their names, the metadata as {@code _op}, {@code _position}, ...,
-   * and {@code _deleted_position}) of data columns {@code columns}, applied to Spark table
-   * {@code name} keyed by {@code key}, with {@code floor} the last truncate's position (or null). One Spark job of one task, then
-   * one RowDelta carrying {@code summary} (none when nothing changes). Returns the rows found,
-   * inserted and removed.
+   * Apply one target's batch of decoded events in one Spark job of one task: {@code events} holds
+   * the batch's change events (the key and data {@code columns} by their names, {@code _op},
+   * {@code _position}, {@code _source_ts}, {@code _partition}, {@code _offset}), applied to Spark
+   * table {@code name} keyed by {@code key}, with {@code floor} the last truncate's position (or
+   * null) and {@code memory} the table's delete memory. The task takes the last change per key
+   * (planning/dedupe.py's rules), looks up each key's newest remembered delete as of the memory's
+   * snapshot before this batch, and writes the batch's delete events as one file of the memory and
+   * the target's files; the driver appends the memory's file, then commits one RowDelta carrying
+   * {@code summary} (none when nothing changes). Returns the rows found, inserted, removed and
+   * remembered.
    */
-  public static long[] applyOne(SparkSession spark, String name, Dataset<Row> changes, List<String> key,
-                                List<String> columns, String floor, Map<String, String> summary)
-      throws Exception {
+  public static long[] applyEvents(SparkSession spark, String name, String memory, Dataset<Row> events,
+                                   List<String> key, List<String> columns, String floor,
+                                   Map<String, String> summary) throws Exception {
     Table table = Spark3Util.loadIcebergTable(spark, name);
     table.refresh();
     String refused = refusal(table, key, columns);
     if (refused != null) {
       throw new IllegalArgumentException("the direct path cannot write " + name + ": " + refused);
     }
-    Table copy = SerializableTable.copyOf(table);
+    Table remembered = Spark3Util.loadIcebergTable(spark, memory);
+    remembered.refresh();
+    if (!remembered.spec().isUnpartitioned()) {
+      throw new IllegalArgumentException("a delete memory is unpartitioned: " + memory);
+    }
+    List<String> shared = new ArrayList<>(key);
+    shared.addAll(List.of("_cdc_position", "_cdc_source_ts"));
+    for (String c : shared) {
+      Types.NestedField held = remembered.schema().findField(c);
+      if (held == null || !held.type().equals(table.schema().findField(c).type())) {
+        throw new IllegalArgumentException("the delete memory " + memory + " does not hold " + c + " as " + name
+                                           + " does");
+      }
+    }
     long base = table.currentSnapshot() == null ? -1L : table.currentSnapshot().snapshotId();
-    Dataset<Row> input = asInput(changes, table.schema(), name);
+    long memoryBase = remembered.currentSnapshot() == null ? -1L : remembered.currentSnapshot().snapshotId();
+    Dataset<Row> input = asInput(events, table.schema(), name);
     JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
-    Broadcast<Table> shared = jsc.broadcast(copy);
+    Broadcast<Table> target = jsc.broadcast(SerializableTable.copyOf(table));
+    Broadcast<Table> deletes = jsc.broadcast(SerializableTable.copyOf(remembered));
     List<String> keys = List.copyOf(key);
+    DataType[] types = java.util.Arrays.stream(input.schema().fields()).map(StructField::dataType)
+        .toArray(DataType[]::new);
     List<Written> written;
     try {
       written = input.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
         List<InternalRow> copied = new ArrayList<>();
-        it.forEachRemaining(r -> copied.add(r.copy()));
-        return List.of(write(shared.value(), base, name, copied, keys, floor)).iterator();
+        it.forEachRemaining(r -> copied.add(generic(r.copy(), types)));
+        return List.of(writeEvents(target.value(), base, deletes.value(), memoryBase, name, copied, keys, floor))
+            .iterator();
       }).collect();
     } finally {
-      shared.destroy(false);
+      target.destroy(false);
+      deletes.destroy(false);
     }
     Written w = written.get(0);
+    if (w.memory != null) {  // before the target's commit: a crash in between re-runs both
+      remembered.newAppend().appendFile(w.memory).commit();
+    }
     commit(table, w, summary);
-    return new long[] {w.found, w.inserted, w.removed};
-  }
-
-  /**
-   * Append a batch's delete events to the target's delete memory {@code memory} (planning/merge.py's
-   * remember_deletes_sql without a statement): {@code deletes} holds the key columns, {@code _position},
-   * {@code _source_ts} and {@code _moved}; one Spark job of one task writes one data file, and the
-   * driver appends it. Returns the rows appended (none: no commit).
-   */
-  public static long remember(SparkSession spark, String memory, Dataset<Row> deletes) throws Exception {
-    Table table = Spark3Util.loadIcebergTable(spark, memory);
-    table.refresh();
-    if (!table.spec().isUnpartitioned()) {
-      throw new IllegalArgumentException("a delete memory is unpartitioned: " + memory);
-    }
-    StructType types = SparkSchemaUtil.convert(table.schema());
-    List<Column> columns = new ArrayList<>();
-    for (StructField f : types.fields()) {
-      String from = FROM_VIEW.getOrDefault(f.name(), "_cdc_moved".equals(f.name()) ? "_moved" : f.name());
-      columns.add(deletes.col(quoted(from)).cast(f.dataType()).alias(f.name()));
-    }
-    Dataset<Row> input = deletes.select(columns.toArray(new Column[0]));
-    Broadcast<Table> shared = JavaSparkContext.fromSparkContext(spark.sparkContext())
-        .broadcast(SerializableTable.copyOf(table));
-    List<DataFile> files;
-    try {
-      files = input.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
-        Table t = shared.value();
-        TaskContext task = TaskContext.get();
-        OutputFileFactory out = OutputFileFactory.builderFor(t, task == null ? 0 : task.partitionId(),
-            task == null ? 0 : task.taskAttemptId()).format(FileFormat.PARQUET).build();
-        DataWriter<InternalRow> data = null;
-        while (it.hasNext()) {
-          if (data == null) {
-            data = Parquet.writeData(out.newOutputFile()).forTable(t).withSpec(t.spec())
-                .createWriterFunc(msg -> SparkParquetWriters.buildWriter(types, msg)).overwrite().build();
-          }
-          data.write(it.next());
-        }
-        if (data == null) {
-          return List.<DataFile>of().iterator();
-        }
-        data.close();
-        return List.of(data.toDataFile()).iterator();
-      }).collect();
-    } finally {
-      shared.destroy(false);
-    }
-    if (files.isEmpty()) {
-      return 0L;
-    }
-    org.apache.iceberg.AppendFiles append = table.newAppend();
-    files.forEach(append::appendFile);
-    append.commit();
-    return files.stream().mapToLong(DataFile::recordCount).sum();
+    return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount()};
   }
 
   /** Iceberg types of a key the direct path matches exactly (Spark's values of them compare as the
@@ -235,8 +208,8 @@ public final class DirectDelta {
     return null;
   }
 
-  /** The batch view as the task's input: the target's name, its columns in its schema's order
-   * (each cast to its type), {@code _op} and {@code _deleted_position}. */
+  /** The batch view (or the events) as the task's input: the target's name, its columns in its
+   * schema's order (each cast to its type), {@code _op} and {@code _deleted_position} (null for events). */
   static Dataset<Row> asInput(Dataset<Row> changes, Schema schema, String name) {
     StructType types = SparkSchemaUtil.convert(schema);
     List<Column> columns = new ArrayList<>();
@@ -245,7 +218,8 @@ public final class DirectDelta {
       columns.add(changes.col(quoted(FROM_VIEW.getOrDefault(f.name(), f.name()))).cast(f.dataType()).alias(f.name()));
     }
     columns.add(changes.col("_op"));
-    columns.add(changes.col("_deleted_position"));
+    columns.add(List.of(changes.columns()).contains("_deleted_position") ? changes.col("_deleted_position")
+                : functions.lit(null).cast("string").alias("_deleted_position"));
     return changes.select(columns.toArray(new Column[0]));
   }
 
@@ -348,6 +322,166 @@ public final class DirectDelta {
   /** A current row of a key: its data file and position, the position of its last change, and
    * the Kafka partition and offset it was written from (a tombstone's guard). */
   private record Found(String file, long pos, UTF8String position, Integer partition, Long offset) {}
+
+  /**
+   * The task of {@link #applyEvents}: {@code rows} are the batch's events in {@link #asInput}'s layout.
+   * Their delete events become one data file of the delete {@code memory} ({@code Written.memory}); their
+   * last change per key, with the key's newest remembered delete as of snapshot {@code memoryBase}, is
+   * written to the target as {@link #write} does.
+   */
+  static Written writeEvents(Table table, long base, Table memory, long memoryBase, String name,
+                             List<InternalRow> rows, List<String> key, String floor) {
+    Schema schema = table.schema();
+    StructType sparkType = SparkSchemaUtil.convert(schema);
+    int columns = schema.columns().size();
+    int[] keyAt = new int[key.size()];
+    DataType[] keyTypes = new DataType[key.size()];
+    for (int i = 0; i < key.size(); i++) {
+      keyAt[i] = 1 + indexOf(schema, key.get(i));
+      keyTypes[i] = sparkType.fields()[keyAt[i] - 1].dataType();
+    }
+    int positionAt = 1 + indexOf(schema, "_cdc_position");
+    Map<List<Object>, InternalRow> last = lastPerKey(rows, keyAt, keyTypes, positionAt,
+        1 + indexOf(schema, "_cdc_kafka_partition"), 1 + indexOf(schema, "_cdc_kafka_offset"), columns + 1);
+    Map<List<Object>, UTF8String> deleted = memoryBase < 0 || last.isEmpty() ? Map.of()
+        : newestDeletes(memory, memoryBase, key, keyTypes, last.keySet());
+    List<InternalRow> changes = new ArrayList<>(last.size());
+    for (Map.Entry<List<Object>, InternalRow> e : last.entrySet()) {
+      InternalRow row = e.getValue();
+      row.update(columns + 2, deleted.get(e.getKey()));
+      changes.add(row);
+    }
+    List<InternalRow> deletes = new ArrayList<>();
+    for (InternalRow row : rows) {
+      if ("d".equals(opOf(row, columns + 1)) && keyOf(row, keyAt, keyTypes) != null) {
+        deletes.add(row);
+      }
+    }
+    Written w = write(table, base, name, changes, key, floor);
+    if (!deletes.isEmpty()) {
+      List<Types.NestedField> kept = memory.schema().columns();
+      int[] at = new int[kept.size()];
+      for (int i = 0; i < at.length; i++) {
+        String field = FROM_VIEW.containsKey(kept.get(i).name()) || key.contains(kept.get(i).name())
+            ? kept.get(i).name() : null;
+        at[i] = field == null ? -1 : 1 + indexOf(schema, field);
+      }
+      w.memory = remember(memory, deletes, at);
+    }
+    return w;
+  }
+
+  private static String opOf(InternalRow row, int at) {
+    return row.isNullAt(at) ? "" : row.getUTF8String(at).toString();
+  }
+
+  /**
+   * The last change per key of {@code rows} (planning/dedupe.py's {@code last_per_key_of} in upsert
+   * mode, a row of the same layout for each key): the change with the highest position (of two
+   * alike, the later in Kafka); a tombstone later in that change's Kafka partition turns it into a
+   * delete; a key with only tombstones keeps its latest, as a lone tombstone. A row with a null key
+   * part matches no stored row and is left out, as {@link #write} leaves it.
+   */
+  static Map<List<Object>, InternalRow> lastPerKey(List<InternalRow> rows, int[] keyAt, DataType[] keyTypes,
+                                                   int positionAt, int partitionAt, int offsetAt, int opAt) {
+    Map<List<Object>, InternalRow> changes = new LinkedHashMap<>();
+    Map<List<Object>, InternalRow> tombstones = new LinkedHashMap<>();
+    for (InternalRow row : rows) {
+      List<Object> k = keyOf(row, keyAt, keyTypes);
+      if (k == null) {
+        continue;
+      }
+      if (TOMBSTONE.equals(opOf(row, opAt))) {
+        InternalRow held = tombstones.get(k);
+        if (held == null || row.getLong(offsetAt) > held.getLong(offsetAt)) {
+          tombstones.put(k, row);
+        }
+        continue;
+      }
+      if (row.isNullAt(positionAt)) {  // no position orders it (the dedupe's max_by skips it too)
+        continue;
+      }
+      InternalRow held = changes.get(k);
+      int newer = held == null ? 1 : row.getUTF8String(positionAt).compareTo(held.getUTF8String(positionAt));
+      if (newer > 0 || newer == 0 && row.getLong(offsetAt) > held.getLong(offsetAt)) {
+        changes.put(k, row);
+      }
+    }
+    Map<List<Object>, InternalRow> last = new LinkedHashMap<>();
+    for (Map.Entry<List<Object>, InternalRow> e : changes.entrySet()) {
+      InternalRow change = e.getValue().copy();
+      InternalRow tomb = tombstones.get(e.getKey());
+      if (tomb != null && !change.isNullAt(partitionAt) && tomb.getInt(partitionAt) == change.getInt(partitionAt)
+          && tomb.getLong(offsetAt) > change.getLong(offsetAt)) {
+        change.update(opAt, UTF8String.fromString("d"));
+      }
+      last.put(e.getKey(), change);
+    }
+    for (Map.Entry<List<Object>, InternalRow> e : tombstones.entrySet()) {
+      if (!changes.containsKey(e.getKey())) {
+        InternalRow lone = e.getValue().copy();
+        lone.update(opAt, UTF8String.fromString(TOMBSTONE));
+        lone.setNullAt(positionAt);
+        last.put(e.getKey(), lone);
+      }
+    }
+    return last;
+  }
+
+  /** The newest remembered delete position of each of {@code keys} in the delete memory as of
+   * {@code snapshot} (its rows the key filter keeps, their deletes applied). */
+  static Map<List<Object>, UTF8String> newestDeletes(Table memory, long snapshot, List<String> key,
+                                                     DataType[] keyTypes, Set<List<Object>> keys) {
+    List<Types.NestedField> fields = new ArrayList<>();
+    for (String k : key) {
+      fields.add(memory.schema().findField(k));
+    }
+    fields.add(memory.schema().findField("_cdc_position"));
+    int n = key.size();
+    int[] keyAt = java.util.stream.IntStream.range(0, n).toArray();
+    Map<List<Object>, UTF8String> newest = new HashMap<>();
+    live(memory, snapshot, keyFilter(key, keyTypes, keys), fields, null, (file, pos, r) -> {
+      List<Object> k = keyOf(r, keyAt, keyTypes);
+      if (k == null || !keys.contains(k) || r.isNullAt(n)) {
+        return;
+      }
+      UTF8String position = r.getUTF8String(n).clone();
+      UTF8String held = newest.get(k);
+      if (held == null || position.compareTo(held) > 0) {
+        newest.put(k, position);
+      }
+    });
+    return newest;
+  }
+
+  /** One data file of the delete memory holding {@code deletes} (rows of {@link #asInput}'s layout,
+   * {@code at} the place of each column of the memory in them, -1 for none): their key, position and
+   * source time, with no moved row (the direct path takes no key change). */
+  static DataFile remember(Table memory, List<InternalRow> deletes, int[] at) {
+    StructType sparkType = SparkSchemaUtil.convert(memory.schema());
+    TaskContext task = TaskContext.get();
+    OutputFileFactory out = OutputFileFactory.builderFor(memory, task == null ? 0 : task.partitionId(),
+        task == null ? 0 : task.taskAttemptId()).format(FileFormat.PARQUET).build();
+    DataWriter<InternalRow> data;
+    try {
+      data = Parquet.writeData(out.newOutputFile()).forTable(memory).withSpec(memory.spec())
+          .createWriterFunc(msg -> SparkParquetWriters.buildWriter(sparkType, msg)).overwrite().build();
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    try (data) {
+      for (InternalRow row : deletes) {
+        Object[] values = new Object[at.length];
+        for (int i = 0; i < at.length; i++) {
+          values[i] = at[i] < 0 ? null : row.get(at[i], sparkType.fields()[i].dataType());
+        }
+        data.write(new GenericInternalRow(values));
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return data.toDataFile();
+  }
 
   static Written write(Table table, long base, String name, Iterable<InternalRow> rows, List<String> key,
                        String floor) {
@@ -510,18 +644,41 @@ public final class DirectDelta {
     for (String m : List.of("_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset")) {
       fields.add(table.schema().findField(m));
     }
-    fields.add(MetadataColumns.ROW_POSITION);
-    Schema projection = new Schema(fields);
     int n = key.size();
     int[] keyAt = java.util.stream.IntStream.range(0, n).toArray();
-    BaseDeleteLoader loader = new BaseDeleteLoader(f -> table.io().newInputFile(f.location(), f.fileSizeInBytes()));
     Map<List<Object>, List<Found>> found = new HashMap<>();
-    try (CloseableIterable<FileScanTask> tasks = table.newScan().useSnapshot(base).filter(filter).planFiles()) {
+    live(table, base, filter, fields, previous, (file, pos, r) -> {
+      List<Object> k = keyOf(r, keyAt, keyTypes);
+      if (k != null && keys.contains(k)) {
+        found.computeIfAbsent(k, x -> new ArrayList<>()).add(new Found(
+            file, pos, r.isNullAt(n) ? null : r.getUTF8String(n).clone(),
+            r.isNullAt(n + 1) ? null : r.getInt(n + 1), r.isNullAt(n + 2) ? null : r.getLong(n + 2)));
+      }
+    });
+    return found;
+  }
+
+  /** A live row of a table: its data file, its position in it, and its {@code fields}. */
+  interface LiveRow {
+    void accept(String file, long pos, InternalRow row);
+  }
+
+  /** Each live row of {@code table} as of {@code snapshot} in the files {@code filter} keeps (which may
+   * hold others), read for {@code fields} only, its file's deletes applied; the deletes of each file
+   * that has some are kept in {@code previous} when given. */
+  static void live(Table table, long snapshot, Expression filter, List<Types.NestedField> fields,
+                   Map<String, PositionDeleteIndex> previous, LiveRow each) {
+    List<Types.NestedField> projected = new ArrayList<>(fields);
+    projected.add(MetadataColumns.ROW_POSITION);
+    Schema projection = new Schema(projected);
+    int posAt = fields.size();
+    BaseDeleteLoader loader = new BaseDeleteLoader(f -> table.io().newInputFile(f.location(), f.fileSizeInBytes()));
+    try (CloseableIterable<FileScanTask> tasks = table.newScan().useSnapshot(snapshot).filter(filter).planFiles()) {
       for (FileScanTask task : tasks) {
         DataFile file = task.file();
         PositionDeleteIndex deleted = task.deletes().isEmpty() ? PositionDeleteIndex.empty()
             : loader.loadPositionDeletes(task.deletes(), file.location());
-        if (!task.deletes().isEmpty()) {
+        if (previous != null && !task.deletes().isEmpty()) {
           previous.put(file.location(), deleted);
         }
         try (CloseableIterable<InternalRow> records = Parquet.read(table.io().newInputFile(file.location(),
@@ -529,21 +686,25 @@ public final class DirectDelta {
             .project(projection).filter(filter)
             .createReaderFunc(fileSchema -> SparkParquetReaders.buildReader(projection, fileSchema)).build()) {
           for (InternalRow r : records) {
-            long pos = r.getLong(n + 3);
-            List<Object> k = keyOf(r, keyAt, keyTypes);
-            if (k == null || !keys.contains(k) || deleted.isDeleted(pos)) {
-              continue;
+            long pos = r.getLong(posAt);
+            if (!deleted.isDeleted(pos)) {
+              each.accept(file.location(), pos, r);
             }
-            found.computeIfAbsent(k, x -> new ArrayList<>()).add(new Found(
-                file.location(), pos, r.isNullAt(n) ? null : r.getUTF8String(n).clone(),
-                r.isNullAt(n + 1) ? null : r.getInt(n + 1), r.isNullAt(n + 2) ? null : r.getLong(n + 2)));
           }
         }
       }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
-    return found;
+  }
+
+  /** A row (a copy of its own) as a row whose values can be set, of the given column types. */
+  static InternalRow generic(InternalRow row, DataType[] types) {
+    Object[] values = new Object[types.length];
+    for (int i = 0; i < types.length; i++) {
+      values[i] = row.isNullAt(i) ? null : row.get(i, types[i]);
+    }
+    return new GenericInternalRow(values);
   }
 
   private static int indexOf(Schema schema, String name) {
