@@ -39,7 +39,7 @@ import org.apache.iceberg.io.OutputFileFactory;
 import org.apache.iceberg.parquet.Parquet;
 import org.apache.iceberg.spark.Spark3Util;
 import org.apache.iceberg.spark.SparkSchemaUtil;
-import org.apache.iceberg.spark.data.SparkParquetReaders;
+import org.apache.iceberg.spark.data.vectorized.VectorizedSparkParquetReaders;
 import org.apache.iceberg.spark.data.SparkParquetWriters;
 import org.apache.iceberg.types.Type;
 import org.apache.iceberg.types.Types;
@@ -59,6 +59,7 @@ import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
 import scala.Tuple2;
@@ -81,6 +82,7 @@ public final class DirectDelta {
   private DirectDelta() {}
 
   static final String TOMBSTONE = "tombstone";  // planning/sql.py's TOMBSTONE
+  static final int READ_BATCH_ROWS = 4096;  // rows a stored file is read by at a time (Spark's own default)
   /** The batch view's names (planning/merge.py) of the target's metadata columns. */
   static final Map<String, String> FROM_VIEW = Map.of(
       "_cdc_op", "_op", "_cdc_position", "_position", "_cdc_source_ts", "_source_ts",
@@ -664,8 +666,9 @@ public final class DirectDelta {
   }
 
   /** Each live row of {@code table} as of {@code snapshot} in the files {@code filter} keeps (which may
-   * hold others), read for {@code fields} only, its file's deletes applied; the deletes of each file
-   * that has some are kept in {@code previous} when given. */
+   * hold others), read for {@code fields} only (column by column, as Spark's scans read), its file's
+   * deletes applied; the deletes of each file that has some are kept in {@code previous} when given.
+   * A row is a view of the batch being read: a value kept past it is copied. */
   static void live(Table table, long snapshot, Expression filter, List<Types.NestedField> fields,
                    Map<String, PositionDeleteIndex> previous, LiveRow each) {
     List<Types.NestedField> projected = new ArrayList<>(fields);
@@ -681,14 +684,19 @@ public final class DirectDelta {
         if (previous != null && !task.deletes().isEmpty()) {
           previous.put(file.location(), deleted);
         }
-        try (CloseableIterable<InternalRow> records = Parquet.read(table.io().newInputFile(file.location(),
+        try (CloseableIterable<ColumnarBatch> batches = Parquet.read(table.io().newInputFile(file.location(),
                 file.fileSizeInBytes()))
-            .project(projection).filter(filter)
-            .createReaderFunc(fileSchema -> SparkParquetReaders.buildReader(projection, fileSchema)).build()) {
-          for (InternalRow r : records) {
-            long pos = r.getLong(posAt);
-            if (!deleted.isDeleted(pos)) {
-              each.accept(file.location(), pos, r);
+            .project(projection).filter(filter).recordsPerBatch(READ_BATCH_ROWS)
+            .createBatchedReaderFunc(fileSchema -> VectorizedSparkParquetReaders.buildReader(projection, fileSchema,
+                                                                                           Map.of()))
+            .build()) {
+          for (ColumnarBatch batch : batches) {
+            for (java.util.Iterator<InternalRow> rows = batch.rowIterator(); rows.hasNext(); ) {
+              InternalRow r = rows.next();
+              long pos = r.getLong(posAt);
+              if (!deleted.isDeleted(pos)) {
+                each.accept(file.location(), pos, r);
+              }
             }
           }
         }
