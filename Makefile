@@ -14,6 +14,7 @@ DIRECT_JAR := $(JARS)/spark/cdc-direct.jar
 DIRECT_SRC := $(wildcard jvm/direct/src/main/java/cdc/direct/*.java)
 
 setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp $(DIRECT_JAR)
+	@$(PY) -m cdc.sinks.archive_classes  # the driver's class archive: built once for these jars and this JDK
 
 .cache/system.stamp: scripts/ensure-system-packages.sh
 	@mkdir -p .cache

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cdc.config.models import Settings
 from cdc.errors import ConfigError
+from cdc.sinks import class_archive
 from cdc.sinks.catalog import spark_catalog_conf
 
 LOG_CONFIG = Path(__file__).parent / "log4j2.properties"
@@ -71,15 +72,25 @@ def submitted_conf() -> dict[str, str]:
     return given
 
 
-def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str] | None = None) -> dict[str, str]:
-    """cdc's Spark properties, less those spark-submit was `given` (they win)."""
+def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str] | None = None,
+                 archive_at_exit: Path | None = None) -> dict[str, str]:
+    """cdc's Spark properties, less those spark-submit was `given` (they win). A local driver
+    JVM that cdc starts itself (nothing `given`) has the jars on its class path, where its
+    class archive (sinks/class_archive.py) maps them in, instead of added to the session
+    (and copied for its executor) at every start; `archive_at_exit` makes it write one."""
     given = given or {}
     s = settings.spark
+    jars = [] if "spark.jars" in given else spark_jars(settings)
+    on_class_path = not given and s.master.startswith("local")
+    archive = "" if not on_class_path else f'"-XX:ArchiveClassesAtExit={archive_at_exit}" {class_archive.QUIET}' \
+        if archive_at_exit else class_archive.java_options(settings, jars)
+    class_path = os.pathsep.join([*jars, *filter(None, [s.extra_conf.get("spark.driver.extraClassPath")])])
     conf = {
         "spark.app.name": app_name,
         "spark.master": s.master,
         "spark.driver.memory": s.driver_memory,
-        **({} if "spark.jars" in given else {"spark.jars": ",".join(spark_jars(settings))}),
+        **({"spark.driver.extraClassPath": class_path} if on_class_path else
+           {} if "spark.jars" in given else {"spark.jars": ",".join(jars)}),
         # Iceberg's and Delta Lake's SQL (MERGE, CALL, OPTIMIZE ...); Delta tables by path
         # (`delta.<path>`) through Delta's session catalog, Iceberg's under the catalog's name.
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
@@ -114,22 +125,25 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
         "spark.sql.streaming.ui.retainedQueries": "100",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
-                                         f'"-Dcdc.spark.log={spark_log(settings)}" {driver_gc(s.driver_memory)}',
+                                         f'"-Dcdc.spark.log={spark_log(settings)}" {driver_gc(s.driver_memory)}'
+                                         f'{" " + archive if archive else ""}',
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",  # a cluster's executors, as the driver
         **spark_catalog_conf(settings),
-        **s.extra_conf,
+        **{k: v for k, v in s.extra_conf.items() if not (on_class_path and k == "spark.driver.extraClassPath")},
     }
     return {k: v for k, v in conf.items() if k not in given}
 
 
-def get_session(settings: Settings, app_name: str = "cdc"):
-    """The one SparkSession of this process (created on first use)."""
+def get_session(settings: Settings, app_name: str = "cdc", archive_at_exit: Path | None = None,
+                extra: dict[str, str] | None = None):
+    """The one SparkSession of this process (created on first use), with `extra` properties;
+    its JVM writes its class archive to `archive_at_exit` when given (`session_conf`)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     if settings.spark.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = session_conf(settings, app_name, submitted_conf())
+    conf = {**session_conf(settings, app_name, submitted_conf(), archive_at_exit), **(extra or {})}
     launch_jvm(conf)
     builder = SparkSession.builder
     for k, v in conf.items():

@@ -5,6 +5,7 @@ import pytest
 
 from cdc.config.models import Settings
 from cdc.errors import ConfigError
+from cdc.sinks import class_archive
 from cdc.sinks.session import session_conf, submitted_conf
 
 
@@ -25,9 +26,23 @@ def test_without_spark_submit_cdc_yaml_sets_master_and_jars(tmp_path, monkeypatc
     (tmp_path / "jars" / "spark" / "iceberg.jar").write_bytes(b"")
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     assert submitted_conf() == {}  # not launched by spark-submit: nothing was given
-    conf = session_conf(Settings(root=tmp_path, jars_dir=tmp_path / "jars"), "cdc", submitted_conf())
+    settings = Settings(root=tmp_path, jars_dir=tmp_path / "jars")
+    conf = session_conf(settings, "cdc", submitted_conf())
     assert conf["spark.master"] == "local[2]"
-    assert conf["spark.jars"] == str(tmp_path / "jars" / "spark" / "iceberg.jar")
+    # A local driver cdc starts has the jars on its class path, not copied for its executor.
+    assert conf["spark.driver.extraClassPath"] == str(tmp_path / "jars" / "spark" / "iceberg.jar")
+    assert "spark.jars" not in conf and "SharedArchiveFile" not in conf["spark.driver.extraJavaOptions"]
+    archive = class_archive.archive_path(settings, [str(tmp_path / "jars" / "spark" / "iceberg.jar")])
+    archive.write_bytes(b"")  # built by `make setup` for these jars and this JDK: mapped in, quietly
+    options = session_conf(settings, "cdc", {})["spark.driver.extraJavaOptions"]
+    assert f'"-XX:SharedArchiveFile={archive}" {class_archive.QUIET}' in options
+    (tmp_path / "jars" / "spark" / "delta.jar").write_bytes(b"")  # other jars: that archive is not theirs
+    assert "SharedArchiveFile" not in session_conf(settings, "cdc", {})["spark.driver.extraJavaOptions"]
+    writing = session_conf(settings, "cdc", {}, archive_at_exit=tmp_path / "new.jsa")["spark.driver.extraJavaOptions"]
+    assert f'"-XX:ArchiveClassesAtExit={tmp_path / "new.jsa"}"' in writing
+    on_a_cluster = session_conf(settings.model_copy(update={"spark": settings.spark.model_copy(
+        update={"master": "spark://10.0.0.1:7077"})}), "cdc", {})
+    assert "spark.driver.extraClassPath" not in on_a_cluster and on_a_cluster["spark.jars"].count(".jar") == 2
 
 
 def test_the_driver_keeps_its_heap_small_unless_spark_submit_sets_its_java_options(tmp_path):
