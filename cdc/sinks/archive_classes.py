@@ -29,10 +29,11 @@ WARM_UP = (
 
 
 def build(settings: Settings) -> Path | None:
-    """Build the class archive for the current JDK and jars, unless there is one: a driver JVM that
-    writes its classes to it at exit, after the statements a job runs (an Iceberg and a Delta
-    table made, merged and read in a scratch directory, JSON decoded, a Kafka stream
-    planned). Returns its path (None when the JVM wrote none)."""
+    """Build the class archive for the current JDK and jars, unless there is one: a driver
+    JVM that writes its classes to it at exit, after the statements a job runs (an Iceberg
+    and a Delta table made, merged and read in a scratch directory, JSON decoded, a Kafka
+    stream planned); an archive of other jars or another JDK is removed. Returns its path
+    (None when the JVM wrote none)."""
     jars = session.spark_jars(settings)
     final = archive_path(settings, jars)
     if final.is_file():

@@ -2,9 +2,10 @@
 process loads (Spark's, Iceberg's, Delta's, Kafka's), parsed and verified once and mapped
 into every later driver JVM instead of loaded again from the jars, which is most of a
 session's start-up. `make setup` builds it (sinks/archive_classes.py); a session started
-by cdc itself (not by spark-submit) on a local master uses it (`java_options`). It belongs to one JDK and one set of jars: its name carries their
-fingerprint, so after a change of either no archive is found until `make setup` builds one,
-and the JVM itself ignores one that does not match, silently."""
+by cdc itself (not by spark-submit) on a local master uses it (`java_options`). It belongs
+to one JDK and one set of jars: its name carries their fingerprint, so after a change of
+either no archive is found until `make setup` builds one, and the JVM itself ignores one
+that does not match, silently."""
 from __future__ import annotations
 
 import hashlib
