@@ -325,6 +325,23 @@ public final class DirectDelta {
    * the Kafka partition and offset it was written from (a tombstone's guard). */
   private record Found(String file, long pos, UTF8String position, Integer partition, Long offset) {}
 
+  /** Where a row of {@link #asInput}'s layout for a target's {@code schema} holds the target's
+   * {@code columns} (from 1), its key and metadata columns; {@code _op} follows them. */
+  record Layout(StructType sparkType, int columns, int[] keyAt, DataType[] keyTypes, int positionAt,
+                int partitionAt, int offsetAt) {
+    static Layout of(Schema schema, List<String> key) {
+      StructType sparkType = SparkSchemaUtil.convert(schema);
+      int[] keyAt = new int[key.size()];
+      DataType[] keyTypes = new DataType[key.size()];
+      for (int i = 0; i < key.size(); i++) {
+        keyAt[i] = 1 + indexOf(schema, key.get(i));
+        keyTypes[i] = sparkType.fields()[keyAt[i] - 1].dataType();
+      }
+      return new Layout(sparkType, schema.columns().size(), keyAt, keyTypes, 1 + indexOf(schema, "_cdc_position"),
+                        1 + indexOf(schema, "_cdc_kafka_partition"), 1 + indexOf(schema, "_cdc_kafka_offset"));
+    }
+  }
+
   /**
    * The task of {@link #applyEvents}: {@code rows} are the batch's events in {@link #asInput}'s layout.
    * Their delete events become one data file of the delete {@code memory} ({@code Written.memory}); their
@@ -334,17 +351,12 @@ public final class DirectDelta {
   static Written writeEvents(Table table, long base, Table memory, long memoryBase, String name,
                              List<InternalRow> rows, List<String> key, String floor) {
     Schema schema = table.schema();
-    StructType sparkType = SparkSchemaUtil.convert(schema);
-    int columns = schema.columns().size();
-    int[] keyAt = new int[key.size()];
-    DataType[] keyTypes = new DataType[key.size()];
-    for (int i = 0; i < key.size(); i++) {
-      keyAt[i] = 1 + indexOf(schema, key.get(i));
-      keyTypes[i] = sparkType.fields()[keyAt[i] - 1].dataType();
-    }
-    int positionAt = 1 + indexOf(schema, "_cdc_position");
-    Map<List<Object>, InternalRow> last = lastPerKey(rows, keyAt, keyTypes, positionAt,
-        1 + indexOf(schema, "_cdc_kafka_partition"), 1 + indexOf(schema, "_cdc_kafka_offset"), columns + 1);
+    Layout layout = Layout.of(schema, key);
+    int columns = layout.columns();
+    int[] keyAt = layout.keyAt();
+    DataType[] keyTypes = layout.keyTypes();
+    Map<List<Object>, InternalRow> last = lastPerKey(rows, keyAt, keyTypes, layout.positionAt(),
+        layout.partitionAt(), layout.offsetAt(), columns + 1);
     Map<List<Object>, UTF8String> deleted = memoryBase < 0 || last.isEmpty() ? Map.of()
         : newestDeletes(memory, memoryBase, key, keyTypes, last.keySet());
     List<InternalRow> changes = new ArrayList<>(last.size());
@@ -489,17 +501,14 @@ public final class DirectDelta {
                        String floor) {
     long started = System.nanoTime();
     Schema schema = table.schema();
-    StructType sparkType = SparkSchemaUtil.convert(schema);
-    int columns = schema.columns().size();
-    int[] keyAt = new int[key.size()];
-    DataType[] keyTypes = new DataType[key.size()];
-    for (int i = 0; i < key.size(); i++) {
-      keyAt[i] = 1 + indexOf(schema, key.get(i));
-      keyTypes[i] = sparkType.fields()[keyAt[i] - 1].dataType();
-    }
-    int positionAt = 1 + indexOf(schema, "_cdc_position");
-    int partitionAt = 1 + indexOf(schema, "_cdc_kafka_partition");
-    int offsetAt = 1 + indexOf(schema, "_cdc_kafka_offset");
+    Layout layout = Layout.of(schema, key);
+    StructType sparkType = layout.sparkType();
+    int columns = layout.columns();
+    int[] keyAt = layout.keyAt();
+    DataType[] keyTypes = layout.keyTypes();
+    int positionAt = layout.positionAt();
+    int partitionAt = layout.partitionAt();
+    int offsetAt = layout.offsetAt();
     UTF8String floorAt = floor == null ? null : UTF8String.fromString(floor);
     Map<List<Object>, InternalRow> byKey = new LinkedHashMap<>();
     for (InternalRow row : rows) {
