@@ -22,7 +22,7 @@ from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, refus
                                       value_schemas)
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
-from cdc.jobs.plan import BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
+from cdc.jobs.plan import DIRECT_RECORDS, BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
 from cdc.log import log
 from cdc.planning import dead_letters
 from cdc.planning import unchanged
@@ -34,6 +34,7 @@ from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_del
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
+from cdc.sinks.direct import COLUMNS as DECODED_COLUMNS, UNSEEN, decoding as direct_decoding, write_batch
 from cdc.sinks.direct import write as write_directly
 from cdc.sinks.formats import TABLE_CLAUSES, add_missing_columns, format_of, open_table
 from cdc.sinks.targets import PROP_COLUMNS
@@ -128,6 +129,11 @@ class BatchTimer:
         finally:
             self.steps[name] = self.steps.get(name, 0.0) + self.clock() - started
 
+    def rename(self, name: str, to: str) -> None:
+        """The time of step `name` counted as step `to`'s (a step that turned out to be another)."""
+        if name in self.steps:
+            self.steps[to] = self.steps.get(to, 0.0) + self.steps.pop(name)
+
     def elapsed(self) -> float:
         return self.clock() - self.started
 
@@ -178,6 +184,7 @@ class TableApplier:
     max_snapshots: int = 0  # snapshots the job keeps of an Iceberg target and its tables (0: all)
     max_record_bytes: int = MAX_VALUE_BYTES  # kafka.max_record_bytes: the longest record value decoded
     direct_writes: bool = True  # a batch the plan allows is written without a MERGE (spark.direct_writes)
+    direct_records: int = DIRECT_RECORDS  # the most records of a batch decoded and written by one task
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -229,9 +236,11 @@ class TableApplier:
         committed = commits.parse_offsets(summary).get(self.topic, {})
         pool = size_pool(self.name, self.planned_records(batch_id, committed))
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
-        if committed and self.skip_committed and self._may_hold_part(committed, batch_id):
+        skip = committed if committed and self.skip_committed and self._may_hold_part(committed, batch_id) else {}
+        records = batch
+        if skip:
             seen = None
-            for p, o in committed.items():
+            for p, o in skip.items():
                 cond = (F.col("partition") == p) & (F.col("offset") < o)
                 seen = cond if seen is None else seen | cond
             batch = batch.where(~seen)
@@ -247,6 +256,8 @@ class TableApplier:
                     self._evolve(spark, table, batch, dict(list(self.heads.items())[-1:]))
             if self.schemas:
                 try:
+                    if self._direct_batch(spark, table, records, summary, committed, skip, batch_id):
+                        return
                     return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
                 except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
                     pass
@@ -514,14 +525,98 @@ class TableApplier:
         else:
             before = self._write_directly(spark, table, events, plan.props, names)
         table.refresh()
-        if not final:
-            return
+        if final:
+            self._committed(spark, table, before, plan, stats, batch_id)
+
+    def _committed(self, spark, table, before, plan: BatchPlan, stats: list, batch_id: int) -> None:
+        """After a batch's final commit (`before`: the table's version before it): its offsets
+        committed alone when nothing changed the table, then upkeep and the batch's log line."""
         if table.version() == before:
             table.commit_summary_only(plan.props, self._txn(batch_id))
         crash_point("after-commit")
         self._compact(spark, table)
         self._expire(spark, table)
         self._log_applied(stats, batch_id)
+
+    def _direct_batch(self, spark, table, records: DataFrame, summary: dict | None, committed: dict[int, int],
+                      skip: dict[int, int], batch_id: int) -> bool:
+        """The batch applied with no query planned for it (sinks/direct.py's `write_batch`): its
+        Kafka `records` (those before `skip`'s offsets left out) decoded, counted and written by
+        one task, its plan made from those stats, its files committed. False, with nothing
+        written, when it needs a query: a bad record, a truncate, unchanged values or a key
+        change to look up, a schema not judged yet (UnseenSchema), more records than one task
+        takes, a target or a mode the direct path does not write, a plan that says otherwise."""
+        planned = self.planned_records(batch_id, committed)
+        if (not self.direct_writes or self.mode != "upsert" or self.registry is not None or self.held
+                or format_of(self.target_ref) != "iceberg" or (planned or 0) > self.direct_records):
+            return False
+        known = {k: v for k, v in self.schemas.items() if v}
+        headers = "headers" in records.columns
+        found = ("direct", tuple(sorted(known.items())), headers, tuple(self.heads), records.schema.json())
+        decoder = self._plan(found, lambda: self._direct_decoding(spark, records.schema, known, headers))
+        if decoder is None:
+            return False
+        self._forget_deletes(spark)
+        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        names = tuple(c.name for c in self.columns)
+        with self.timer.step("direct"):
+            written = write_batch(spark, decoder, records, self.target_ref, self.deletes_ref, self.key, names,
+                                  table.properties().get(TRUNCATED_AT), skip, set(self.schemas), bool(toast),
+                                  self.direct_records)
+        if written.reason is not None:
+            self.timer.rename("direct", "direct refused")
+            if written.reason == UNSEEN:
+                raise UnseenSchema(self.name)
+            if written.reason == DECODED_COLUMNS:  # the target's schema changed: decoded anew next time
+                self.plans.pop((self.columns, *found), None)
+            return False
+        stats = [PartitionStats(s["partition"], s["first"], s["last"], s["records"], s["position"], s["source_ts_ms"],
+                                s["errors"], s["deletes"], schemas=frozenset(s["schemas"])) for s in written.stats()]
+        target = Target(self.topic, self.topic_id, self.job, self.mode, toast, None, committed, summary,
+                        self.schemas, None)
+        plan = plan_batch(stats, target, batch_id, self._planned_end(batch_id))
+        if plan is None or plan.empty or plan.direct or plan.dead_letters or plan.steps != (Changes(),):
+            written.discard()
+            if plan is not None and plan.empty:
+                table.commit_summary_only(plan.props, self._txn(batch_id))
+            if plan is None or plan.empty:
+                return True
+            self.timer.rename("direct", "direct refused")
+            return False
+        crash_point("before-merge")
+        table.refresh()
+        before = table.version()
+        try:
+            with self.timer.step("direct"):
+                remembered = written.commit(plan.props)
+        except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
+            if not any(c in str(e) for c in CONFLICTS):
+                raise
+            written.discard()
+            self.timer.rename("direct", "direct refused")
+            log(f"commit conflict, the batch is applied again: {str(e).splitlines()[0][:200]}", table=self.name,
+                event="commit-conflict", level="warning")
+            return False
+        if remembered:
+            self.remembered_since += 1
+        table.refresh()
+        self._committed(spark, table, before, plan, stats, batch_id)
+        return True
+
+    def _direct_decoding(self, spark, raw_schema, refused: dict, headers: bool):
+        """The table's decoding of the Kafka source's rows of `raw_schema` with the columns of the
+        stats `_direct_batch` reads, kept for its batches (sinks/direct.py's `decoding`)."""
+        template = spark.createDataFrame(spark.sparkContext.emptyRDD(), raw_schema)
+        events = mask_columns(self._decoder(refused, True, headers)(template), self.masked, self.mask_key)
+        toast = toastable(self.columns, self.key)
+        lacking = reduce(lambda a, b: a | b, [F.col(f"_unavailable_{i}") for i in range(len(toast))], F.lit(False))
+        events = events.withColumns({
+            "_bad": F.col("_error").isNotNull(), "_ms": F.unix_millis("_source_ts"),
+            "_lacking": F.col("_op").isin("c", "u", "r") & lacking,
+            "_moved": F.coalesce(F.col("_moved_from"), F.lit(False)) | F.coalesce(F.col("_key_moved"), F.lit(False))})
+        if "_schema" not in events.columns:
+            events = events.withColumn("_schema", F.lit(None).cast("bigint"))
+        return direct_decoding(spark, events, raw_schema, self.target_ref)
 
     def _write_directly(self, spark, table, events: DataFrame, props: dict, names: tuple[str, ...]):
         """The batch's `events` written without a MERGE (sinks/direct.py): deduped, guarded by the

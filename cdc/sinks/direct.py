@@ -32,3 +32,57 @@ def write(spark, ref: str, memory_ref: str, events, key: tuple[str, ...], column
     counts = jvm_class(spark, HELPER).applyEvents(spark._jsparkSession, ref, memory_ref, events._jdf, list(key),
                                                   list(columns), floor, summary)
     return int(counts[3])
+
+
+BATCH_HELPER = "cdc.direct.DirectBatch"
+UNSEEN = "a record schema not judged yet"  # DirectBatch.UNSEEN
+COLUMNS = "the records' columns differ from the decoding's"  # DirectBatch.COLUMNS
+
+
+def decoding(spark, decoded, raw_schema, ref: str):
+    """A table's decoding kept for its batches (`cdc.direct.DirectBatch.Decoding`): `decoded` is
+    the applier's decoding of an empty relation of the Kafka source's `raw_schema`, with the
+    stats' columns (`DirectBatch.EXTRAS`); None when it is not a chain of projections."""
+    return jvm_class(spark, BATCH_HELPER).compile(spark._jsparkSession, decoded._jdf,
+                                                  spark._jsparkSession.parseDataType(raw_schema.json()), ref)
+
+
+class Batch:
+    """A batch decoded, counted and (unless `reason`) written by one task, not yet committed."""
+
+    def __init__(self, spark, pending):
+        self.spark, self.pending = spark, pending
+        self.reason: str | None = pending.reason()
+
+    def stats(self) -> list[dict]:
+        """Its stats per Kafka partition (jobs/plan.py's PartitionStats fields)."""
+        import json
+        return json.loads(self.pending.stats())
+
+    def commit(self, props: dict[str, str]) -> int:
+        """Its delete memory's file appended, then the target's RowDelta stamped with `props`
+        (none when nothing changes: the caller then commits `props` alone); returns the deletes
+        remembered."""
+        summary = self.spark._jvm.java.util.HashMap()
+        for k, v in props.items():
+            summary.put(k, v)
+        return int(self.pending.commit(summary)[3])
+
+    def discard(self) -> None:
+        """Delete the files it wrote (the batch then takes a query)."""
+        self.pending.discard()
+
+
+def write_batch(spark, decoder, batch, ref: str, memory_ref: str, key: tuple[str, ...], columns: tuple[str, ...],
+                floor: str | None, committed: dict[int, int], known: set[int] | None, toast: bool,
+                limit: int) -> Batch:
+    """Decode the Kafka source's rows `batch` with `decoder` (`decoding`) and write them to the
+    Iceberg target `ref` as `write` does, in one Spark job of one task, leaving out each
+    partition's records before its `committed` offset; the task writes nothing, and says why,
+    at a record that needs a query (bad, a truncate, with `toast` a lacking unchanged value or a
+    key change, a schema fingerprint not in `known`, more than `limit` records) or for a target
+    the direct path refuses."""
+    pending = jvm_class(spark, BATCH_HELPER).run(spark._jsparkSession, decoder, batch._jdf, ref, memory_ref, list(key),
+                                                 list(columns), floor, dict(committed),
+                                                 None if known is None else list(known), toast, limit)
+    return Batch(spark, pending)

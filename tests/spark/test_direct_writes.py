@@ -1,14 +1,14 @@
 """A running job's direct path (sinks/direct.py, jvm/direct): batches of Debezium records
 through the real apply step, written without a MERGE where the plan allows, make the same
 target as the MERGE does (read back by pyiceberg and by Spark), with the same offsets; every
-batch it cannot take exactly goes through the MERGE, and a target it cannot write says why."""
+batch it cannot take exactly goes through a query, and a target it cannot write says why."""
 from __future__ import annotations
 
 from cdc.control.commits import parse_offsets
 from cdc.sinks import direct
 from cdc.sinks.formats import open_table
 from tests.spark.conftest import SCRATCH
-from tests.spark.test_merge_semantics import Harness
+from tests.spark.test_merge_semantics import UNAVAILABLE, Harness, envelope_with_schema
 
 ROW = {"v": "a", "n": 1}
 
@@ -37,6 +37,16 @@ def apply_both(pair: tuple[Harness, Harness], records: list) -> str:
     steps = pair[0].applier.timer.steps
     assert "direct" not in pair[1].applier.timer.steps
     return "direct" if "direct" in steps else "merge" if "merge" in steps else "append" if "append" in steps else ""
+
+
+def path_of(h: Harness) -> str:
+    """How the last batch was applied: by the task alone (`batch`), or after a query decoded it
+    (`events`: the direct path's write of decoded events; `merge`, `append`); `refused` first
+    when the task found a record that needs a query."""
+    steps = h.applier.timer.steps
+    path = ("events" if "direct" in steps else "merge" if "merge" in steps else "append") if "decode" in steps \
+        else "batch" if "direct" in steps else ""
+    return f"refused, {path}" if "direct refused" in steps else path
 
 
 def test_direct_writes_make_the_merges_target(scratch, table_name):
@@ -153,3 +163,54 @@ def test_direct_writes_off_and_delta_targets_take_the_merge(scratch, table_name,
         h.apply()
         assert "direct" not in h.applier.timer.steps and "merge" in h.applier.timer.steps
         assert h.values() == {1: "b"}
+
+
+def test_a_batch_is_decoded_counted_and_written_by_one_task_until_a_record_needs_a_query(scratch, table_name):
+    """A batch of records whose schemas were judged is decoded, counted and written by one task
+    with no query planned; a batch holding a record that needs one (bad, a truncate, a lacking
+    unchanged value, a new schema, more records than a task takes) is refused by the task with
+    nothing written, and applied as the MERGE-only target applies it; a re-delivered batch's
+    records the target holds are left out by the task."""
+    pair = both(scratch, table_name)
+    d, t = pair[0], pair[0].topic
+
+    def apply(records: list) -> str:
+        apply_both(pair, records)
+        letters = [sorted((r["offset"], r["error_class"]) for r in h.dead_letters()) for h in pair]
+        assert letters[0] == letters[1]
+        return path_of(d)
+
+    t.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+    t.change("c", {"id": 2, "v": "b", "n": 2}, 100, 120)
+    assert apply(t.take()) == "batch"  # its first record's schema judged, the batch trusted to share it
+    t.change("u", {"id": 1, "v": "a2", "n": 1}, 200, 210)
+    t.change("d", {"id": 2, **ROW}, 200, 220)
+    t.tombstone({"id": 2})
+    assert apply(t.take()) == "batch"
+    t.change("u", {"id": 1, "v": "a3", "n": 1}, 300, 310)
+    t.raw(b'{"schema": {}, "payload": {"id": 3}}', b"\x00\xffgarbage")  # a dead letter
+    assert apply(t.take()) == "refused, events"
+    t.change("u", {"id": 1, "v": UNAVAILABLE, "n": 4}, 400, 410)  # the stored value is kept
+    assert apply(t.take()) == "refused, merge"
+    assert d.rows()[1]["v"] == "a3" and d.rows()[1]["n"] == 4
+    t.raw(*envelope_with_schema({"id": 5, "v": "e", "extra": "new"},
+                                [("id", "int32"), ("v", "string"), ("extra", "string")], 500))
+    assert apply(t.take()) == "refused, events"  # a new schema: judged, the column added, then decoded
+    assert d.rows()[5]["extra"] == "new"
+    t.change("u", {"id": 5, "v": "e2", "n": 5}, 600, 610)
+    assert apply(t.take()) == "batch"  # the new column's decoding made once the target has it
+    t.truncate(700, 710)
+    t.change("c", {"id": 6, "v": "f", "n": 6}, 700, 720)
+    assert apply(t.take()).startswith("refused, ")
+    d.applier.direct_records = 2
+    for i in range(3):
+        t.change("u", {"id": 6, "v": f"f{i}", "n": 6}, 800 + i, 810 + i)
+    assert apply(t.take()) == "refused, events"  # more records than one task takes
+    d.applier.direct_records = 50_000
+    t.change("c", {"id": 7, "v": "g", "n": 7}, 900, 910)
+    first = t.take()
+    assert apply(first) == "batch"
+    t.change("u", {"id": 7, "v": "g2", "n": 7}, 1000, 1010)
+    assert apply([*first, *t.take()]) == "batch"  # re-delivered with a new record
+    assert d.values() == {6: "f2", 7: "g2"}  # the truncate emptied the target before 6
+    assert [parse_offsets(s) for s in d.summaries()][-1] == {t.name: {0: t.next_offset}}

@@ -125,20 +125,7 @@ public final class DirectDelta {
     if (refused != null) {
       throw new IllegalArgumentException("the direct path cannot write " + name + ": " + refused);
     }
-    Table remembered = Spark3Util.loadIcebergTable(spark, memory);
-    remembered.refresh();
-    if (!remembered.spec().isUnpartitioned()) {
-      throw new IllegalArgumentException("a delete memory is unpartitioned: " + memory);
-    }
-    List<String> shared = new ArrayList<>(key);
-    shared.addAll(List.of("_cdc_position", "_cdc_source_ts"));
-    for (String c : shared) {
-      Types.NestedField held = remembered.schema().findField(c);
-      if (held == null || !held.type().equals(table.schema().findField(c).type())) {
-        throw new IllegalArgumentException("the delete memory " + memory + " does not hold " + c + " as " + name
-                                           + " does");
-      }
-    }
+    Table remembered = memoryOf(spark, memory, table, name, key);
     long base = table.currentSnapshot() == null ? -1L : table.currentSnapshot().snapshotId();
     long memoryBase = remembered.currentSnapshot() == null ? -1L : remembered.currentSnapshot().snapshotId();
     Dataset<Row> input = asInput(events, table.schema(), name);
@@ -166,6 +153,27 @@ public final class DirectDelta {
     }
     commit(table, w, summary);
     return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount()};
+  }
+
+  /** Table {@code name}'s delete memory {@code memory}, refreshed: unpartitioned, holding the key,
+   * {@code _cdc_position} and {@code _cdc_source_ts} as the target does. */
+  static Table memoryOf(SparkSession spark, String memory, Table table, String name, List<String> key)
+      throws Exception {
+    Table remembered = Spark3Util.loadIcebergTable(spark, memory);
+    remembered.refresh();
+    if (!remembered.spec().isUnpartitioned()) {
+      throw new IllegalArgumentException("a delete memory is unpartitioned: " + memory);
+    }
+    List<String> shared = new ArrayList<>(key);
+    shared.addAll(List.of("_cdc_position", "_cdc_source_ts"));
+    for (String c : shared) {
+      Types.NestedField held = remembered.schema().findField(c);
+      if (held == null || !held.type().equals(table.schema().findField(c).type())) {
+        throw new IllegalArgumentException("the delete memory " + memory + " does not hold " + c + " as " + name
+                                           + " does");
+      }
+    }
+    return remembered;
   }
 
   /** Iceberg types of a key the direct path matches exactly (Spark's values of them compare as the
@@ -213,6 +221,11 @@ public final class DirectDelta {
   /** The batch view (or the events) as the task's input: the target's name, its columns in its
    * schema's order (each cast to its type), {@code _op} and {@code _deleted_position} (null for events). */
   static Dataset<Row> asInput(Dataset<Row> changes, Schema schema, String name) {
+    return changes.select(inputColumns(changes, schema, name).toArray(new Column[0]));
+  }
+
+  /** The columns of {@link #asInput}'s layout, over {@code changes}. */
+  static List<Column> inputColumns(Dataset<Row> changes, Schema schema, String name) {
     StructType types = SparkSchemaUtil.convert(schema);
     List<Column> columns = new ArrayList<>();
     columns.add(functions.lit(name).alias("_table"));
@@ -222,7 +235,7 @@ public final class DirectDelta {
     columns.add(changes.col("_op"));
     columns.add(List.of(changes.columns()).contains("_deleted_position") ? changes.col("_deleted_position")
                 : functions.lit(null).cast("string").alias("_deleted_position"));
-    return changes.select(columns.toArray(new Column[0]));
+    return columns;
   }
 
   private static String quoted(String name) {
