@@ -22,7 +22,7 @@ from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, refus
                                       value_schemas)
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
-from cdc.jobs.plan import DIRECT_RECORDS, BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
+from cdc.jobs.plan import BATCH_TASK_RECORDS, BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
 from cdc.log import log
 from cdc.planning import dead_letters
 from cdc.planning import unchanged
@@ -184,7 +184,7 @@ class TableApplier:
     max_snapshots: int = 0  # snapshots the job keeps of an Iceberg target and its tables (0: all)
     max_record_bytes: int = MAX_VALUE_BYTES  # kafka.max_record_bytes: the longest record value decoded
     direct_writes: bool = True  # a batch the plan allows is written without a MERGE (spark.direct_writes)
-    direct_records: int = DIRECT_RECORDS  # the most records of a batch decoded and written by one task
+    direct_records: int = BATCH_TASK_RECORDS  # the most records of a batch decoded and written by one task
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding

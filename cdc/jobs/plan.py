@@ -12,6 +12,9 @@ from cdc.planning.merge import KEY_BUCKETS
 
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
 DIRECT_RECORDS = 50_000  # up to this many records, a batch may be written directly (by one task)
+# Up to this many records, a batch is also decoded by that task, with no query planned: one
+# core decodes a bigger one slower than a query's tasks on every core do, plan included.
+BATCH_TASK_RECORDS = 4_096
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ batch it cannot take exactly goes through a query, and a target it cannot write 
 from __future__ import annotations
 
 from cdc.control.commits import parse_offsets
+from cdc.jobs.plan import BATCH_TASK_RECORDS
 from cdc.sinks import direct
 from cdc.sinks.formats import open_table
 from tests.spark.conftest import SCRATCH
@@ -190,6 +191,11 @@ def test_a_batch_is_decoded_counted_and_written_by_one_task_until_a_record_needs
     t.change("u", {"id": 1, "v": "a3", "n": 1}, 300, 310)
     t.raw(b'{"schema": {}, "payload": {"id": 3}}', b"\x00\xffgarbage")  # a dead letter
     assert apply(t.take()) == "refused, events"
+    unfit = t.change("c", {"id": 4, "v": "x", "n": 1}, 320, 330)  # a value that is not its column's type, first
+    t.records[-1] = (unfit[0], unfit[1].replace(b'"n": 1', b'"n": {"x": 1}'), *unfit[2:])
+    t.change("u", {"id": 1, "v": "a3", "n": 3}, 340, 350)
+    assert apply(t.take()) == "refused, events"
+    assert 4 not in d.rows() and len(d.dead_letters()) == 2
     t.change("u", {"id": 1, "v": UNAVAILABLE, "n": 4}, 400, 410)  # the stored value is kept
     assert apply(t.take()) == "refused, merge"
     assert d.rows()[1]["v"] == "a3" and d.rows()[1]["n"] == 4
@@ -206,7 +212,7 @@ def test_a_batch_is_decoded_counted_and_written_by_one_task_until_a_record_needs
     for i in range(3):
         t.change("u", {"id": 6, "v": f"f{i}", "n": 6}, 800 + i, 810 + i)
     assert apply(t.take()) == "refused, events"  # more records than one task takes
-    d.applier.direct_records = 50_000
+    d.applier.direct_records = BATCH_TASK_RECORDS
     t.change("c", {"id": 7, "v": "g", "n": 7}, 900, 910)
     first = t.take()
     assert apply(first) == "batch"
