@@ -179,10 +179,6 @@ public final class DirectBatch {
      * removed and remembered. Nothing is committed when nothing changes (the caller then commits the
      * summary alone). */
     public long[] commit(Map<String, String> summary) {
-      long c0 = System.nanoTime();
-      try { return commit0(summary); } finally { System.err.printf("PROFILE commit %.3f%n", (System.nanoTime()-c0)/1e9); }
-    }
-    long[] commit0(Map<String, String> summary) {
       DirectDelta.Written w = outcome.written;
       if (w.memory != null && !remembered) {
         memory.newAppend().appendFile(w.memory).commit();
@@ -221,7 +217,6 @@ public final class DirectBatch {
   public static Pending run(SparkSession spark, Decoding decoding, Dataset<Row> batch, String name, String memory,
                             List<String> key, List<String> columns, String floor, Map<?, ?> committed,
                             List<?> known, boolean toast, long limit) throws Exception {
-    long r0 = System.nanoTime();
     Table table = Spark3Util.loadIcebergTable(spark, name);
     table.refresh();
     String refused = DirectDelta.refusal(table, key, columns);
@@ -247,13 +242,11 @@ public final class DirectBatch {
     int partitionAt = decoding.raw.fieldIndex("partition");
     int offsetAt = decoding.raw.fieldIndex("offset");
     List<Outcome> outcomes;
-    long r1 = System.nanoTime();
     try {
       // The session's SQL settings reach the task as a query's do (the JSON reader's partial
       // results, ANSI rules): the expressions read them where they run.
       outcomes = SQLExecution.withSQLConfPropagated((org.apache.spark.sql.classic.SparkSession) spark, () ->
           batch.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
-        long t0 = System.nanoTime();
         Decoding d = decoder.value();
         TaskContext task = TaskContext.get();
         List<UnsafeProjection> chain = new ArrayList<>();
@@ -262,8 +255,6 @@ public final class DirectBatch {
           p.initialize(task == null ? 0 : task.partitionId());
           chain.add(p);
         }
-        long t1 = System.nanoTime();
-        long readNs = 0, projNs = 0;
         Table t = target.value();
         DirectDelta.Layout layout = DirectDelta.Layout.of(t.schema(), keys);
         int opAt = layout.columns() + 1;
@@ -271,12 +262,8 @@ public final class DirectBatch {
         Outcome out = new Outcome();
         List<InternalRow> rows = new ArrayList<>();
         long records = 0;
-        while (true) {
-          long a = System.nanoTime();
-          if (!it.hasNext()) { readNs += System.nanoTime() - a; break; }
+        while (it.hasNext()) {
           InternalRow r = it.next();
-          long b = System.nanoTime();
-          readNs += b - a;
           Long from = skip.get(r.getInt(partitionAt));
           if (from != null && r.getLong(offsetAt) < from) {
             continue;
@@ -285,7 +272,6 @@ public final class DirectBatch {
           for (UnsafeProjection p : chain) {
             e = p.apply(e);
           }
-          projNs += System.nanoTime() - b;
           String op = e.isNullAt(opAt) ? "" : e.getUTF8String(opAt).toString();
           boolean bad = e.getBoolean(extras);
           Long schema = e.isNullAt(extras + 2) ? null : e.getLong(extras + 2);
@@ -303,11 +289,9 @@ public final class DirectBatch {
             rows.add(DirectDelta.generic(e.copy(), d.types));
           }
         }
-        long t2 = System.nanoTime();
         if (out.reason == null) {
           out.written = DirectDelta.writeEvents(t, base, deletes.value(), memoryBase, name, rows, keys, floor);
         }
-        System.err.printf("PROFILE task: setup %.3f read %.3f proj %.3f loop %.3f write %.3f rows %d%n", (t1-t0)/1e9, readNs/1e9, projNs/1e9, (t2-t1)/1e9, (System.nanoTime()-t2)/1e9, rows.size());
         return List.of(out).iterator();
       }).collect());
     } finally {
@@ -315,7 +299,6 @@ public final class DirectBatch {
       deletes.destroy(false);
       decoder.destroy(false);
     }
-    System.err.printf("PROFILE driver: load %.3f job %.3f%n", (r1-r0)/1e9, (System.nanoTime()-r1)/1e9);
     Outcome outcome = outcomes.isEmpty() ? new Outcome() : outcomes.get(0);
     if (outcomes.isEmpty()) {  // a batch of no Kafka partition: nothing to write
       outcome.written = new DirectDelta.Written();
