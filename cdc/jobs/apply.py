@@ -76,6 +76,12 @@ def compaction_due(added_files: int, partitions: int, memory_inserts: int, every
     return added_files >= every * max(1, partitions) or memory_inserts >= every
 
 
+def is_conflict(e: Exception) -> bool:
+    """Whether a commit failed on a concurrent one (Iceberg's validation or commit failure,
+    Delta's concurrent modification): the batch can be computed again from the table."""
+    return any(c in str(e) for c in CONFLICTS)
+
+
 def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, table: str | None = None):
     """Run a commit that may meet a concurrent one (a compaction, another writer). Iceberg
     retries plain concurrent commits itself; when validation finds a real conflict, the
@@ -86,7 +92,7 @@ def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, ta
         try:
             return statement()
         except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
-            if attempt == attempts or not any(c in str(e) for c in CONFLICTS):
+            if attempt == attempts or not is_conflict(e):
                 raise
             if table:
                 metrics.COMMIT_RETRIES.labels(table).inc()
@@ -234,7 +240,8 @@ class TableApplier:
             table = open_table(spark, self.target_ref)
             summary = table.last_committed_summary()
         committed = commits.parse_offsets(summary).get(self.topic, {})
-        pool = size_pool(self.name, self.planned_records(batch_id, committed))
+        planned = self.planned_records(batch_id, committed)
+        pool = size_pool(self.name, planned)
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         skip = committed if committed and self.skip_committed and self._may_hold_part(committed, batch_id) else {}
         records = batch
@@ -256,7 +263,7 @@ class TableApplier:
                     self._evolve(spark, table, batch, dict(list(self.heads.items())[-1:]))
             if self.schemas:
                 try:
-                    if self._direct_batch(spark, table, records, summary, committed, skip, batch_id):
+                    if self._direct_batch(spark, table, records, summary, committed, skip, planned, batch_id):
                         return
                     return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
                 except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
@@ -539,14 +546,14 @@ class TableApplier:
         self._log_applied(stats, batch_id)
 
     def _direct_batch(self, spark, table, records: DataFrame, summary: dict | None, committed: dict[int, int],
-                      skip: dict[int, int], batch_id: int) -> bool:
+                      skip: dict[int, int], planned: int | None, batch_id: int) -> bool:
         """The batch applied with no query planned for it (sinks/direct.py's `write_batch`): its
         Kafka `records` (those before `skip`'s offsets left out) decoded, counted and written by
         one task, its plan made from those stats, its files committed. False, with nothing
         written, when it needs a query: a bad record, a truncate, unchanged values or a key
         change to look up, a schema not judged yet (UnseenSchema), more records than one task
-        takes, a target or a mode the direct path does not write, a plan that says otherwise."""
-        planned = self.planned_records(batch_id, committed)
+        takes (`planned`: the records the batch was planned with, None if unknown), a target
+        or a mode the direct path does not write, a plan that says otherwise."""
         if (not self.direct_writes or self.mode != "upsert" or self.registry is not None or self.held
                 or format_of(self.target_ref) != "iceberg" or (planned or 0) > self.direct_records):
             return False
@@ -590,7 +597,7 @@ class TableApplier:
             with self.timer.step("direct"):
                 remembered = written.commit(plan.props)
         except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
-            if not any(c in str(e) for c in CONFLICTS):
+            if not is_conflict(e):
                 raise
             written.discard()
             self.timer.rename("direct", "direct refused")
@@ -612,7 +619,7 @@ class TableApplier:
         lacking = reduce(lambda a, b: a | b, [F.col(f"_unavailable_{i}") for i in range(len(toast))], F.lit(False))
         events = events.withColumns({
             "_bad": F.col("_error").isNotNull(), "_ms": F.unix_millis("_source_ts"),
-            "_lacking": F.col("_op").isin("c", "u", "r") & lacking,
+            "_lacking": F.coalesce(F.col("_op").isin("c", "u", "r") & lacking, F.lit(False)),
             "_moved": F.coalesce(F.col("_moved_from"), F.lit(False)) | F.coalesce(F.col("_key_moved"), F.lit(False))})
         if "_schema" not in events.columns:
             events = events.withColumn("_schema", F.lit(None).cast("bigint"))

@@ -1,10 +1,14 @@
 """The direct path into an Iceberg target (jvm/direct, `cdc.direct.DirectDelta`): a batch's
 events deduped, guarded by the delete memory and written as a data file and deletion
-vectors in one task, then committed as one RowDelta, with no MERGE planned. It does what
+vectors in one task, then committed as one RowDelta, with no MERGE planned; with
+`cdc.direct.DirectBatch` (`write_batch`), the same task also decodes and counts the batch's
+Kafka records, with no query planned at all. It does what
 planning/merge.py's MERGE does in upsert mode, and only where that is provably the same
 (`refusal`, and the batch's own reasons in jobs/plan.py); everything else goes through the
 MERGE."""
 from __future__ import annotations
+
+import json
 
 from cdc.sinks.session import jvm_class
 
@@ -56,7 +60,6 @@ class Batch:
 
     def stats(self) -> list[dict]:
         """Its stats per Kafka partition (jobs/plan.py's PartitionStats fields)."""
-        import json
         return json.loads(self.pending.stats())
 
     def commit(self, props: dict[str, str]) -> int:

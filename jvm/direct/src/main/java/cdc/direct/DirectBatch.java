@@ -14,7 +14,6 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
-import org.apache.iceberg.SerializableTable;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.spark.Spark3Util;
 import org.apache.spark.TaskContext;
@@ -73,6 +72,7 @@ public final class DirectBatch {
     final List<Seq<Attribute>> inputs;
     final DataType[] types;
     final long schemaId;  // the target schema it was made for
+    private transient Broadcast<Decoding> shared;  // sent to the executors once, freed with the decoding
 
     Decoding(StructType raw, List<Seq<Expression>> stages, List<Seq<Attribute>> inputs, DataType[] types,
              long schemaId) {
@@ -81,6 +81,14 @@ public final class DirectBatch {
       this.inputs = inputs;
       this.types = types;
       this.schemaId = schemaId;
+    }
+
+    /** This decoding broadcast, once: Spark's cleaner frees it when the decoding is dropped. */
+    synchronized Broadcast<Decoding> shared(SparkSession spark) {
+      if (shared == null) {
+        shared = JavaSparkContext.fromSparkContext(spark.sparkContext()).broadcast(this);
+      }
+      return shared;
     }
   }
 
@@ -217,21 +225,13 @@ public final class DirectBatch {
   public static Pending run(SparkSession spark, Decoding decoding, Dataset<Row> batch, String name, String memory,
                             List<String> key, List<String> columns, String floor, Map<?, ?> committed,
                             List<?> known, boolean toast, long limit) throws Exception {
-    Table table = Spark3Util.loadIcebergTable(spark, name);
-    table.refresh();
+    Table table = DirectDelta.loaded(spark, name);
     String refused = DirectDelta.refusal(table, key, columns);
     if (refused != null || !batch.schema().equals(decoding.raw) || table.schema().schemaId() != decoding.schemaId) {
       Outcome none = new Outcome();
       none.reason = refused != null ? refused : COLUMNS;
       return new Pending(table, null, none);
     }
-    Table remembered = DirectDelta.memoryOf(spark, memory, table, name, key);
-    long base = table.currentSnapshot() == null ? -1L : table.currentSnapshot().snapshotId();
-    long memoryBase = remembered.currentSnapshot() == null ? -1L : remembered.currentSnapshot().snapshotId();
-    JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
-    Broadcast<Table> target = jsc.broadcast(SerializableTable.copyOf(table));
-    Broadcast<Table> deletes = jsc.broadcast(SerializableTable.copyOf(remembered));
-    Broadcast<Decoding> decoder = jsc.broadcast(decoding);
     Map<Integer, Long> skip = new HashMap<>();
     committed.forEach((p, o) -> skip.put(((Number) p).intValue(), ((Number) o).longValue()));
     Set<Long> seen = known == null ? null : new HashSet<>();
@@ -241,8 +241,14 @@ public final class DirectBatch {
     List<String> keys = List.copyOf(key);
     int partitionAt = decoding.raw.fieldIndex("partition");
     int offsetAt = decoding.raw.fieldIndex("offset");
+    Broadcast<Decoding> decoder = decoding.shared(spark);
+    DirectDelta.Opened opened = DirectDelta.Opened.of(spark, table, memory, name, key);
+    Broadcast<Table> target = opened.target;
+    Broadcast<Table> deletes = opened.deletes;
+    long base = opened.base;
+    long memoryBase = opened.memoryBase;
     List<Outcome> outcomes;
-    try {
+    try (opened) {
       // The session's SQL settings reach the task as a query's do (the JSON reader's partial
       // results, ANSI rules): the expressions read them where they run.
       outcomes = SQLExecution.withSQLConfPropagated((org.apache.spark.sql.classic.SparkSession) spark, () ->
@@ -294,17 +300,13 @@ public final class DirectBatch {
         }
         return List.of(out).iterator();
       }).collect());
-    } finally {
-      target.destroy(false);
-      deletes.destroy(false);
-      decoder.destroy(false);
     }
     Outcome outcome = outcomes.isEmpty() ? new Outcome() : outcomes.get(0);
     if (outcomes.isEmpty()) {  // a batch of no Kafka partition: nothing to write
       outcome.written = new DirectDelta.Written();
       outcome.written.base = base;
     }
-    return new Pending(table, remembered, outcome);
+    return new Pending(table, opened.memory, outcome);
   }
 
   /** Count a decoded record {@code e} in its partition's stats (the applier's stats aggregation). */

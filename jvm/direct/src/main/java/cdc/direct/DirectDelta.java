@@ -119,40 +119,79 @@ public final class DirectDelta {
   public static long[] applyEvents(SparkSession spark, String name, String memory, Dataset<Row> events,
                                    List<String> key, List<String> columns, String floor,
                                    Map<String, String> summary) throws Exception {
-    Table table = Spark3Util.loadIcebergTable(spark, name);
-    table.refresh();
+    Table table = loaded(spark, name);
     String refused = refusal(table, key, columns);
     if (refused != null) {
       throw new IllegalArgumentException("the direct path cannot write " + name + ": " + refused);
     }
-    Table remembered = memoryOf(spark, memory, table, name, key);
-    long base = table.currentSnapshot() == null ? -1L : table.currentSnapshot().snapshotId();
-    long memoryBase = remembered.currentSnapshot() == null ? -1L : remembered.currentSnapshot().snapshotId();
     Dataset<Row> input = asInput(events, table.schema(), name);
-    JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
-    Broadcast<Table> target = jsc.broadcast(SerializableTable.copyOf(table));
-    Broadcast<Table> deletes = jsc.broadcast(SerializableTable.copyOf(remembered));
     List<String> keys = List.copyOf(key);
     DataType[] types = java.util.Arrays.stream(input.schema().fields()).map(StructField::dataType)
         .toArray(DataType[]::new);
+    Opened opened = Opened.of(spark, table, memory, name, key);
     List<Written> written;
-    try {
+    try (opened) {
+      Broadcast<Table> target = opened.target;
+      Broadcast<Table> deletes = opened.deletes;
+      long base = opened.base;
+      long memoryBase = opened.memoryBase;
       written = input.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
         List<InternalRow> copied = new ArrayList<>();
         it.forEachRemaining(r -> copied.add(generic(r.copy(), types)));
         return List.of(writeEvents(target.value(), base, deletes.value(), memoryBase, name, copied, keys, floor))
             .iterator();
       }).collect();
-    } finally {
-      target.destroy(false);
-      deletes.destroy(false);
     }
+    Table remembered = opened.memory;
     Written w = written.get(0);
     if (w.memory != null) {  // before the target's commit: a crash in between re-runs both
       remembered.newAppend().appendFile(w.memory).commit();
     }
     commit(table, w, summary);
     return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount()};
+  }
+
+  /** Spark table {@code name}'s Iceberg table, refreshed. */
+  static Table loaded(SparkSession spark, String name) throws Exception {
+    Table table = Spark3Util.loadIcebergTable(spark, name);
+    table.refresh();
+    return table;
+  }
+
+  /** Table {@code t}'s current snapshot's id, -1 when it has none. */
+  static long snapshotOf(Table t) {
+    return t.currentSnapshot() == null ? -1L : t.currentSnapshot().snapshotId();
+  }
+
+  /** A target and its delete memory as a batch's task reads them: their snapshots before the batch
+   * and their copies broadcast to the task, destroyed on close. */
+  static final class Opened implements AutoCloseable {
+    final Table memory;
+    final long base;
+    final long memoryBase;
+    final Broadcast<Table> target;
+    final Broadcast<Table> deletes;
+
+    private Opened(Table table, Table memory, JavaSparkContext jsc) {
+      this.memory = memory;
+      this.base = snapshotOf(table);
+      this.memoryBase = snapshotOf(memory);
+      this.target = jsc.broadcast(SerializableTable.copyOf(table));
+      this.deletes = jsc.broadcast(SerializableTable.copyOf(memory));
+    }
+
+    /** Target {@code table} (Spark table {@code name}) and its delete memory {@code memory}. */
+    static Opened of(SparkSession spark, Table table, String memory, String name, List<String> key)
+        throws Exception {
+      return new Opened(table, memoryOf(spark, memory, table, name, key),
+                        JavaSparkContext.fromSparkContext(spark.sparkContext()));
+    }
+
+    @Override
+    public void close() {
+      target.destroy(false);
+      deletes.destroy(false);
+    }
   }
 
   /** Table {@code name}'s delete memory {@code memory}, refreshed: unpartitioned, holding the key,
@@ -258,11 +297,10 @@ public final class DirectDelta {
     HashMap<String, Table> copies = new HashMap<>();
     HashMap<String, Long> bases = new HashMap<>();
     for (String name : tables) {
-      Table table = Spark3Util.loadIcebergTable(spark, name);
-      table.refresh();
+      Table table = loaded(spark, name);
       loaded.put(name, table);
       copies.put(name, SerializableTable.copyOf(table));
-      bases.put(name, table.currentSnapshot() == null ? -1L : table.currentSnapshot().snapshotId());
+      bases.put(name, snapshotOf(table));
     }
     JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
     Broadcast<HashMap<String, Table>> shared = jsc.broadcast(copies);
