@@ -230,8 +230,10 @@ class TableApplier:
                 open_table(spark, ref).limit_metadata_files()
         return self
 
-    def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0) -> None:
-        """Apply a batch, after it waited `waited_s` for a slot (slots.BatchSlots)."""
+    def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0, records: int | None = None) -> None:
+        """Apply a batch, after it waited `waited_s` for a slot (slots.BatchSlots), of `records`
+        Kafka records when the caller knows them (a shared query's range of the table; else
+        `planned_records`)."""
         spark = batch.sparkSession
         self.timer = BatchTimer()
         if waited_s >= WAIT_SHOWN_S:
@@ -240,7 +242,7 @@ class TableApplier:
             table = open_table(spark, self.target_ref)
             summary = table.last_committed_summary()
         committed = commits.parse_offsets(summary).get(self.topic, {})
-        planned = self.planned_records(batch_id, committed)
+        planned = records if records is not None else self.planned_records(batch_id, committed)
         pool = size_pool(self.name, planned)
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         skip = committed if committed and self.skip_committed and self._may_hold_part(committed, batch_id) else {}

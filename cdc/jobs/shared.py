@@ -171,7 +171,7 @@ class SharedBatch:
                 asked = self.clock()
                 with self.slots.held(records):
                     if not self.closed:  # closed while it waited: the next start reads it from the table
-                        self.appliers[name](self.read(name, start, end), batch_id, self.clock() - asked)
+                        self.appliers[name](self.read(name, start, end), batch_id, self.clock() - asked, records)
                         applied = True
             except BaseException as e:  # noqa: BLE001 - the table's failure, not the others'
                 with self.cond:

@@ -2,7 +2,10 @@
 committed offsets in snapshot summaries, and commits that carry only a summary."""
 from __future__ import annotations
 
+import json
 import re
+
+from py4j.java_gateway import JavaClass
 
 from cdc.control.commits import OFFSETS
 from cdc.sinks.session import jvm_class
@@ -108,12 +111,16 @@ def commit_summary_only(table, props: dict[str, str]) -> None:
 
 
 def ancestry_summaries(table):
-    """Snapshot summaries of the current snapshot and its ancestors, newest first."""
+    """Snapshot summaries of the current snapshot and its ancestors, newest first, each read
+    in one call to the JVM as Iceberg's JSON of the snapshot (not a call per key: a summary
+    holds tens)."""
     table.refresh()
     snap = table.currentSnapshot()
+    parser = JavaClass("org.apache.iceberg.SnapshotParser", table._gateway_client)
     while snap is not None:
-        summary = snap.summary()
-        yield {k: summary.get(k) for k in summary.keySet().toArray()}
+        summary = json.loads(parser.toJson(snap)).get("summary", {})
+        summary.pop("operation", None)  # the snapshot's operation, not a key of its summary
+        yield summary
         parent = snap.parentId()
         snap = None if parent is None else table.snapshot(parent)
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 from cdc.config.models import Settings
@@ -157,10 +158,17 @@ def get_session(settings: Settings, app_name: str = "cdc", archive_at_exit: Path
 
 
 def jvm_class(spark, name: str):
-    """The JVM class of fully qualified `name` in one call to the JVM, where
-    `spark._jvm.a.b.C` asks it for `a`, then `a.b`: each a failed class lookup over the
-    whole class path, several for every table a batch opens."""
-    return getattr(spark._jvm, name)
+    """The JVM class of fully qualified `name`, looked up once per JVM: `spark._jvm.a.b.C`
+    asks it for `a`, then `a.b` (each a failed class lookup over the whole class path), and
+    even one lookup is a round trip to the JVM, several for every table a batch opens."""
+    classes = _classes.setdefault(spark._jvm, {})
+    found = classes.get(name)
+    if found is None:
+        found = classes[name] = getattr(spark._jvm, name)
+    return found
+
+
+_classes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a JVM's classes by name, for `jvm_class`
 
 
 def make_active(spark) -> None:

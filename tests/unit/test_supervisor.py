@@ -357,10 +357,10 @@ def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_f
         def __init__(self, topic, fail=False):
             self.topic, self.fail = topic, fail
 
-        def __call__(self, part, batch_id, waited_s):
+        def __call__(self, part, batch_id, waited_s, records):
             if self.fail:
                 raise ValueError("bad record")
-            applied.append((part, batch_id))
+            applied.append((part, batch_id, records))
 
     appliers = {"busy": Applier("t.busy"), "quiet": Applier("t.quiet"), "idle": Applier("t.idle"),
                 "bad": Applier("t.bad", fail=True)}
@@ -378,8 +378,9 @@ def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_f
         batch.close()
     # the busy table first (the most records), as far as 100 records allow, then the rest of
     # it; the quiet table once, both its changes; the idle table never; the bad one set aside
-    assert applied == [(("busy", {0: 0}, {0: 90}), 1), (("busy", {0: 90}, {0: 150}), 2),
-                       (("quiet", {0: 10}, {0: 12}), 2)]
+    # each with the records of its range (what sizes its pool and picks its path)
+    assert applied == [(("busy", {0: 0}, {0: 90}), 1, 90), (("busy", {0: 90}, {0: 150}), 2, 60),
+                       (("quiet", {0: 10}, {0: 12}), 2, 2)]
     # what the lag gauge counts as applied: where each table's next read starts
     assert [batch.applied(n) for n in ("busy", "quiet", "idle")] == [{0: 150}, {0: 12}, {0: 4}]
     assert list(batch.take_failed()) == ["bad"] and batch.take_failed() == {}
@@ -480,7 +481,7 @@ def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(t
         def __init__(self, topic):
             self.topic = topic
 
-        def __call__(self, part, batch_id, waited_s):
+        def __call__(self, part, batch_id, waited_s, records):
             applied.append((part, batch_id))
 
     def plan(batch_id, ends):
