@@ -310,12 +310,14 @@ class TableApplier:
 
     def _plan(self, found: tuple, build):
         """What `build` makes (a batch's Spark expressions, built once: each costs calls into
-        the JVM) for `found` and the table's current columns, kept between batches."""
+        the JVM) for `found` and the table's current columns, kept between batches; the time
+        a build takes is the batch's `plan` step."""
         found = (self.columns, *found)
         if found not in self.plans:
             if len(self.plans) >= KEEP_PLANS:
                 self.plans.clear()
-            self.plans[found] = build()
+            with self.timer.step("plan"):
+                self.plans[found] = build()
         return self.plans[found]
 
     def _evolve(self, spark, table, batch: DataFrame, heads: dict[int, str] | None = None) -> dict[str, str]:

@@ -188,6 +188,7 @@ def test_a_batch_is_decoded_counted_and_written_by_one_task_until_a_record_needs
     t.change("d", {"id": 2, **ROW}, 200, 220)
     t.tombstone({"id": 2})
     assert apply(t.take()) == "batch"
+    assert "plan" not in d.applier.timer.steps  # the table's decoding kept from its first batch
     t.change("u", {"id": 1, "v": "a3", "n": 1}, 300, 310)
     t.raw(b'{"schema": {}, "payload": {"id": 3}}', b"\x00\xffgarbage")  # a dead letter
     assert apply(t.take()) == "refused, events"
@@ -205,6 +206,7 @@ def test_a_batch_is_decoded_counted_and_written_by_one_task_until_a_record_needs
     assert d.rows()[5]["extra"] == "new"
     t.change("u", {"id": 5, "v": "e2", "n": 5}, 600, 610)
     assert apply(t.take()) == "batch"  # the new column's decoding made once the target has it
+    assert "plan" in d.applier.timer.steps
     t.truncate(700, 710)
     t.change("c", {"id": 6, "v": "f", "n": 6}, 700, 720)
     assert apply(t.take()).startswith("refused, ")
