@@ -342,6 +342,39 @@ def test_a_shared_query_starts_from_each_tables_committed_offsets_and_applies_on
     assert due(topics, {"a": {0: 5}, "b": {0: 4}}, {"t.a": {0: 5, 1: 2}, "t.b": {0: 4}}) == ["a"]  # a new partition
 
 
+def test_a_table_s_first_plan_with_records_is_found_by_bisection_as_by_asking_every_plan(tmp_path):
+    """Plans' ends only grow (a partition may appear): the plans a table has records in are
+    the last ones, wherever it starts (before, inside or past the plans, a partition lacking)."""
+    import random
+
+    from cdc.jobs.shared import SharedBatch, due
+    from cdc.jobs.slots import BatchSlots
+
+    class Applier:
+        topic = "t.a"
+
+        def __call__(self, *args):
+            raise AssertionError("no plan is applied")
+
+    batch = SharedBatch({"a": Applier()}, None, tmp_path, BatchSlots(1), "{}", cap=100)
+    rng = random.Random(7)
+    try:
+        with batch.cond:  # the worker waits for the condition: it never sees these plans
+            end = {0: 0}
+            for batch_id in range(40):
+                end = {p: o + rng.choice((0, 0, 1, 5)) for p, o in end.items()}
+                if batch_id == 20:
+                    end[1] = 3
+                batch.plans.append((batch_id, {"t.a": dict(end), "t.other": {0: batch_id}}, 0.0))
+            for start in ({}, {0: 0}, {0: 30}, {0: 10_000}, {0: 10_000, 1: 2}, {0: 10_000, 1: 3}):
+                brute = next((i for i, (_, e, _) in enumerate(batch.plans) if due({"a": "t.a"}, {"a": start}, e)),
+                             len(batch.plans))
+                assert batch._first_due("a", "t.a", start) == brute
+            batch.plans.clear()
+    finally:
+        batch.close()
+
+
 def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_for_it_up_to_the_cap(tmp_path):
     """The planner and its workers, without Spark: the checkpoint's offset log as Spark
     writes it, appliers that record what they are given."""
