@@ -5,9 +5,10 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from bench.workload import Events, changes, fill, produce, registration, timed
-from cdc.jobs.maintenance import maintain, table_files
+from cdc.jobs.maintenance import maintain
 from cdc.jobs.supervisor import run
 from cdc.planning.merge import table_ref
+from cdc.sinks.formats import open_table
 
 
 def read_times(spark, settings, catalog, reg) -> dict:
@@ -16,7 +17,7 @@ def read_times(spark, settings, catalog, reg) -> dict:
     spark_s = timed(lambda: spark.table(ref).agg(F.count("*"), F.sum(F.hash("*"))).collect())
     pyiceberg_s = timed(lambda: catalog.load_table(reg.target).scan().to_arrow())
     return {"spark_s": round(spark_s, 2), "pyiceberg_s": round(pyiceberg_s, 2),
-            **table_files(spark, settings.catalog.name, reg.target)}
+            **open_table(spark, ref).file_counts()}
 
 
 def measure(spark, settings, catalog, template, key_doc, value_doc, rows: int, batches: int, per_batch: int) -> dict:

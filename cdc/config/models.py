@@ -860,8 +860,9 @@ class TableOptions(Frozen):
                     "this long.")
     compact_every_files: int = Field(
         16, ge=0,
-        description="A running job rewrites an Iceberg target's and its delete memory's small data files (under 1 "
-                    "MiB) into few once this many data files a partition were added to the target (with 8 buckets, "
+        description="A running job rewrites a target's and its delete memory's small data files (under 1 MiB) "
+                    "into few (Iceberg's rewrite, Delta's OPTIMIZE) once this many data files a partition were "
+                    "added to the target (with 8 buckets, "
                     "8 times this many), or this many inserts made to its delete memory, since its start or its "
                     "last rewrite, between two batches: each batch adds files, and a batch's cost grows with the "
                     "files it reads until they are rewritten (a rewrite costs about as much as one or two small "

@@ -36,7 +36,7 @@ from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sinks.direct import COLUMNS as DECODED_COLUMNS, UNSEEN, decoding as direct_decoding, write_batch
 from cdc.sinks.direct import write as write_directly
-from cdc.sinks.formats import TABLE_CLAUSES, add_missing_columns, format_of, open_table
+from cdc.sinks.formats import add_missing_columns, open_table, side_table_clause
 from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
@@ -207,12 +207,12 @@ class TableApplier:
         """Raise an Iceberg target to the configured format, read the record schemas judged for
         it (from its last commit), create the table's delete memory and dead-letter table if missing."""
         by_name = {c.name: c for c in self.columns}
-        clause = TABLE_CLAUSES[format_of(self.target_ref)]
+        clause = side_table_clause(self.target_ref)
         target = open_table(spark, self.target_ref)
         if self.registry is None:
             kept = (target.last_committed_summary() or {}).get(commits.RECORD_SCHEMAS) or "{}"
             self.schemas = {int(k): v for k, v in json.loads(kept).items()}
-        if format_of(self.target_ref) == "iceberg" and target.raise_format_version(self.format_version):
+        if target.raise_format_version(self.format_version):
             log(f"target raised to Iceberg format version {self.format_version}", table=self.name,
                 event="format-raised", format_version=self.format_version)
         spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
@@ -224,7 +224,7 @@ class TableApplier:
             if not self.dead_letters_ref:
                 raise ValueError(f"table {self.name}: on_error dlq needs a dead-letter table")
             spark.sql(dead_letters.table_sql(self.dead_letters_ref, clause))
-        if format_of(self.target_ref) == "iceberg" and target.limit_metadata_files():
+        if target.limit_metadata_files():
             # A target made by an older release: its tables' metadata files were all kept too.
             for ref in self._side_tables().values():
                 open_table(spark, ref).limit_metadata_files()
@@ -559,7 +559,7 @@ class TableApplier:
         takes (`planned`: the records the batch was planned with, None if unknown), a target
         or a mode the direct path does not write, a plan that says otherwise."""
         if (not self.direct_writes or self.mode != "upsert" or self.registry is not None or self.held
-                or format_of(self.target_ref) != "iceberg" or (planned or 0) > self.direct_records):
+                or not table.has_direct_path or (planned or 0) > self.direct_records):
             return False
         known = {k: v for k, v in self.schemas.items() if v}
         headers = "headers" in records.columns
@@ -685,7 +685,7 @@ class TableApplier:
         small batch names), so the files of batch after batch would make each batch cost more
         until `cdc maintain` compacts them. A rewrite that fails (a race with `cdc maintain`)
         waits until it is due again."""
-        if not self.compact_every_files or format_of(self.target_ref) == "delta":
+        if not self.compact_every_files:
             return
         files = table.data_files()
         if self.compacted_at is None:
@@ -706,15 +706,14 @@ class TableApplier:
         self.compacted_at, self.remembered_since = table.data_files(), 0
 
     def _expire(self, spark, table) -> None:
-        """After a batch's commit, once an Iceberg target holds a tenth more than
-        `max_snapshots` snapshots: expire all but the newest `max_snapshots` of it, of its
-        delete memory and of its dead letters (never the target's newest with cdc offsets).
+        """After a batch's commit, once the target is due (an Iceberg one holding a tenth more
+        than `max_snapshots` snapshots; a Delta one never is): expire all but the newest
+        `max_snapshots` of it, of its delete memory and of its dead letters (never the
+        target's newest with cdc offsets).
         Each commit writes every snapshot kept into the table's metadata file again, so a
         table that commits every few seconds would otherwise make each commit cost more, and
         write more, until `cdc maintain` expires them. An expiry that fails waits for the next."""
-        if not self.max_snapshots or format_of(self.target_ref) == "delta":
-            return
-        if table.snapshot_count() <= self.max_snapshots + max(1, self.max_snapshots // 10):
+        if not self.max_snapshots or not table.expiry_due(self.max_snapshots):
             return
         with self.timer.step("expire"):
             for part, ref in {"target": self.target_ref, **self._side_tables()}.items():

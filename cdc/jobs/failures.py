@@ -10,6 +10,7 @@ import re
 from cdc.config.models import Settings, TableRegistration
 from cdc.control.gaps import REFILL
 from cdc.errors import ApplyError, CdcError, ConfigError, DependencyError
+from cdc.sinks.formats import storage_location
 from cdc.sinks.session import spark_log
 
 KAFKA = re.compile(r"org\.apache\.kafka\.common\.(?:errors\.(?:TimeoutException|NetworkException|DisconnectException)"
@@ -88,10 +89,7 @@ def _outage(settings: Settings, reg: TableRegistration | None, text: str) -> Dep
         return DependencyError(f"catalog {c.name} at {where} is unreachable ({cause[:300]})",
                                hint="bring the catalog back, or fix catalog.* in cdc.yaml")
     if STORAGE.search(text):
-        if reg is not None and reg.sink == "delta":
-            where = settings.path(settings.delta.root)
-        else:
-            where = c.warehouse if c.type == "rest" else settings.path(c.warehouse)
+        where = storage_location(settings, reg)
         return DependencyError(f"warehouse at {where or 'the catalog default'} cannot be read or written "
                                f"({_cause(text, STORAGE)[:300]})",
                                hint="make the storage readable and writable again (a mount, a bucket's "

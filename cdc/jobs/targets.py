@@ -13,7 +13,8 @@ from cdc.planning.bootstrap import check_not_running
 from cdc.planning.protect import target_mask_key
 from cdc.register.connector import topic_for
 from cdc.register.topics import existing_topics, topic_id, watermarks
-from cdc.sinks.formats import open_table, shown_name, target_refs
+from cdc.sinks.formats import missing_table, open_table, shown_name, target_refs
+from cdc.sinks.table import SinkTable
 from cdc.sinks.targets import PROP_SNAPSHOT, check_owner, check_protection, table_columns
 
 
@@ -22,7 +23,7 @@ class Target:
     """A registered table's target as a job sees it."""
 
     ref: str
-    table: object  # sinks/formats.py: IcebergTarget or DeltaTarget
+    table: SinkTable
     columns: tuple
     key: tuple[str, ...]
     topic: str
@@ -39,7 +40,7 @@ def load_target(spark, settings: Settings, reg: TableRegistration):
     try:
         return ref, open_table(spark, ref)
     except Exception as e:  # noqa: BLE001 - py4j wraps NoSuchTableException
-        if any(m in str(e) for m in ("NoSuchTable", "TABLE_OR_VIEW_NOT_FOUND")) or "not found" in str(e).lower():
+        if missing_table(e):
             raise ApplyError(f"target {shown_name(settings, reg)} of table {reg.name} does not exist",
                              hint=f"run `cdc register --table {reg.name}` first") from None
         raise

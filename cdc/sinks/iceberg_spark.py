@@ -47,12 +47,16 @@ def raise_format_version(table, version: int) -> bool:
     return True
 
 
+def actions(spark):
+    """Iceberg's Spark actions (rewrites, expiry, orphan cleanup) of the session."""
+    return jvm_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
+
+
 def rewrite_small_files(spark, table, below_bytes: int) -> int:
     """Iceberg's bin-packing rewrite of the table's data files smaller than `below_bytes`,
     two or more in a partition, with their deletion vectors applied (the vectors then left
     dangling are dropped); returns how many files it rewrote."""
-    actions = jvm_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
-    action = actions.rewriteDataFiles(table)
+    action = actions(spark).rewriteDataFiles(table)
     for k, v in {"min-input-files": "2", "min-file-size-bytes": str(below_bytes),
                  "use-starting-sequence-number": "false", "remove-dangling-deletes": "true"}.items():
         action = action.option(k, v)
@@ -141,8 +145,7 @@ def expire_all_but(spark, table, keep: int, now_ms: int) -> int:
     incremental cleanup deletes a deletion vectors file that a kept snapshot still reads);
     returns how many snapshots went."""
     before = snapshot_count(table)
-    actions = jvm_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
-    actions.expireSnapshots(table).expireOlderThan(now_ms).retainLast(keep).execute()
+    actions(spark).expireSnapshots(table).expireOlderThan(now_ms).retainLast(keep).execute()
     table.refresh()
     return before - snapshot_count(table)
 

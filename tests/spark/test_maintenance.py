@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from cdc.control.commits import parse_offsets
-from cdc.jobs.maintenance import Retention, maintain_delta_table, maintain_table, table_files
+from cdc.jobs.maintenance import Retention, maintain_table
 from cdc.sinks import iceberg_spark
-from cdc.sinks.formats import DeltaTarget, open_table
+from cdc.sinks.formats import open_table
 from tests.spark.test_merge_semantics import Harness
 
 
@@ -29,10 +29,10 @@ def test_maintenance_compacts_expires_and_keeps_rows_and_offsets(scratch, table_
     small_merges(h, rounds=5)  # position deletes and small files pile up
     rows = h.rows()
     offsets = parse_offsets(iceberg_spark.last_committed_summary(iceberg_spark.load_table(spark, h.applier.target_ref)))
-    before = table_files(spark, "scratch", h.ident)
+    before = open_table(spark, h.applier.target_ref).file_counts()
     assert before["delete_files"] > 0 and before["data_files"] > 2
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)  # every snapshot is past a 1-hour retention
-    result = maintain_table(spark, "scratch", h.ident, Retention(snapshot_hours=1), now=later)
+    result = maintain_table(open_table(spark, h.applier.target_ref), Retention(snapshot_hours=1), now=later)
     after = result["after"]
     assert after["delete_files"] == 0 and after["data_files"] < before["data_files"]
     assert after["snapshots"] < before["snapshots"]
@@ -59,7 +59,7 @@ def test_maintenance_while_batches_apply_loses_nothing(scratch, table_name):
     def maintain():
         while not stop.is_set():
             try:
-                runs.append(maintain_table(spark, "scratch", h.ident, Retention(snapshot_hours=0)))
+                runs.append(maintain_table(open_table(spark, h.applier.target_ref), Retention(snapshot_hours=0)))
             except Exception as e:  # noqa: BLE001 - a step that loses a race is left for the next run
                 if "ValidationException" not in str(e) and "CommitFailed" not in str(e):
                     errors.append(str(e)[:500])
@@ -94,7 +94,7 @@ def test_no_snapshot_expires_while_a_bootstrap_is_unfinished(scratch, table_name
         h.apply()
     open_table(spark, h.applier.target_ref).set_properties({PROPERTY: Bootstrap("b1", "jdbc", RUNNING, {0: 0}).to_json()})
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
-    result = maintain_table(spark, "scratch", h.ident, Retention(snapshot_hours=0), now=later)
+    result = maintain_table(open_table(spark, h.applier.target_ref), Retention(snapshot_hours=0), now=later)
     assert result["after"]["snapshots"] >= result["before"]["snapshots"]  # compacted, nothing expired
 
 
@@ -104,9 +104,9 @@ def test_delta_maintenance_compacts_purges_vacuums_and_keeps_rows_and_offsets(sc
     small_merges(h, rounds=3)  # deletion vectors and small files pile up
     rows = h.rows()
     offsets = parse_offsets(open_table(spark, h.applier.target_ref).last_committed_summary())
-    before = DeltaTarget(spark, h.applier.target_ref).file_counts()
+    before = open_table(spark, h.applier.target_ref).file_counts()
     assert before["delete_files"] > 0 and before["data_files"] > 2
-    result = maintain_delta_table(spark, h.path, Retention(snapshot_hours=0))
+    result = maintain_table(open_table(spark, h.applier.target_ref), Retention(snapshot_hours=0))
     after = result["after"]
     assert after["delete_files"] == 0 and after["data_files"] < before["data_files"]
     assert result["orphans_removed"] >= before["data_files"] - after["data_files"]  # the compacted files went

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from cdc.config.models import TableRegistration
-from cdc.control.commits import parse_offsets
+from cdc.control.commits import OFFSETS, parse_offsets
 from cdc.decoding.spark_decode import value_schemas
 from cdc.errors import ApplyError
 from cdc.jobs import apply as apply_module
@@ -319,6 +319,37 @@ def test_a_running_job_rewrites_its_small_files_once_enough_were_added(scratch, 
     batch([("u", 0, "after")])  # the next batch resumes from the offsets past the rewrite
     assert h.values() == expected and expected[0] == "after"
     assert parse_offsets(h.summaries()[-1])[h.topic.name] == {0: h.topic.next_offset}
+
+
+def test_a_running_job_optimizes_a_delta_target_s_small_files_once_enough_were_added(scratch, table_name, tmp_path):
+    """A Delta target, as an Iceberg one: once `compact_every_files` files were added, the job
+    OPTIMIZEs the target's and its delete memory's small files after a batch's commit; the rows
+    read back by delta-rs are the source's, and the next batch resumes past the rewrite."""
+    from deltalake import DeltaTable
+
+    spark, catalog = scratch
+    h = Harness(spark, catalog, table_name, sink="delta", delta_root=tmp_path)
+    h.applier.compact_every_files = 3
+    lsn, expected = 100, {}
+    for round_ in range(5):
+        for key in range(round_, 10, 2):
+            lsn += 10
+            h.topic.change("u" if round_ else "c", {"id": key, "v": f"v{round_}", "n": key}, lsn, lsn + 5)
+            expected[key] = f"v{round_}"
+        lsn += 10
+        h.topic.change("d", {"id": 9 - round_, "v": "", "n": 0}, lsn, lsn + 5)
+        expected.pop(9 - round_, None)
+        h.apply()
+    for path in (h.path, f"{h.path}{DELETES_SUFFIX}"):
+        operations = [c["operation"] for c in DeltaTable(str(path)).history()]
+        assert "OPTIMIZE" in operations, (path, operations)
+    assert h.values() == expected
+    h.topic.change("u", {"id": 0, "v": "after", "n": 0}, lsn + 10, lsn + 15)
+    h.apply()
+    expected[0] = "after"
+    assert h.values() == expected
+    committed = [parse_offsets(s) for s in h.summaries() if s.get(OFFSETS)]  # past a rewrite, if one came last
+    assert committed[-1][h.topic.name] == {0: h.topic.next_offset}
 
 
 def test_a_running_job_keeps_its_newest_snapshots_and_metadata_files(scratch, table_name):
