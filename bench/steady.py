@@ -4,7 +4,9 @@ start. Figures: `steady_batches` (the commits with offsets over the measured tim
 warm-up), `steady_cpu_s_per_batch` (the driver's CPU seconds, Python and JVM, over that
 time, divided by them; `steady_jit_s_per_batch` of them the JIT compilers'),
 `steady_compactions` (the running rewrites of small files among them,
-`options.compact_every_files`) and `steady_freshness_p50_s`/`_p95_s` (each change's source
+`options.compact_every_files`), `commit_cpu_s` (the driver's CPU seconds of a commit on the
+direct path, its Python and JVM threads', over `steady_direct_commits` of them: what a batch
+costs the driver beside its task) and `steady_freshness_p50_s`/`_p95_s` (each change's source
 time to the commit that made it visible)."""
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from bench.freshness import Driver, commit_times, latencies, wait_applied
 from bench.tables import compiler_seconds, cpu_seconds
 from bench.workload import Events, changes, fill, jvm_pid, registration
 from cdc.config.clients import kafka_access
+from cdc.jobs import metrics
 from cdc.jobs.supervisor import run
 from cdc.register.topics import end_offsets
 
@@ -37,14 +40,17 @@ class Trickle(Driver):
         self.offsets: dict[int, int] = {}  # the topic's end when the measured time began
         self.measured = (0.0, 0.0)  # epoch seconds the measured time began and ended
         self.cpu_s = self.jit_s = 0.0
+        self.commits = (0.0, 0)  # driver CPU seconds of the direct commits over the measured time, and their number
 
     def drive(self) -> None:
         self._write(self.warm_up_s)
         self.producer.flush(60)
         self.offsets = end_offsets(kafka_access(self.settings), [self.topic]).get(self.topic, {})
         cpu, jit, began = cpu_seconds(self.jvm), compiler_seconds(self.jvm), time.time()
+        commits = metrics.commit_cpu(self.reg.name)
         self._write(self.seconds)
         self.cpu_s, self.jit_s = cpu_seconds(self.jvm) - cpu, compiler_seconds(self.jvm) - jit
+        self.commits = tuple(b - a for a, b in zip(commits, metrics.commit_cpu(self.reg.name)))
         self.measured = (began, time.time())
         self.producer.flush(60)
         wait_applied(self.settings, self.catalog, {self.topic: self.reg}, timeout_s=300)
@@ -79,9 +85,13 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     values = latencies(settings, topic, load.offsets, times, began)
     p = statistics.quantiles(values, n=100)
     cpu, jit = load.cpu_s / max(batches, 1), load.jit_s / max(batches, 1)
+    commit_s, commits = load.commits
+    commit_cpu = round(commit_s / commits, 3) if commits else None
     print(f"steady: {batches} batches of about {EVENTS_PER_BATCH} changes in {(ended - began) / 1000:.0f}s, "
           f"{cpu:.2f} CPU seconds each (the JIT {jit:.2f}), {compactions} rewrites of small files; "
+          f"{commits} direct commits of {commit_cpu} CPU seconds each; "
           f"freshness p50 {p[49]:.2f}s, p95 {p[94]:.2f}s", flush=True)
     return {"steady_batches": batches, "steady_cpu_s_per_batch": round(cpu, 2),
             "steady_jit_s_per_batch": round(jit, 2), "steady_compactions": compactions,
+            "steady_direct_commits": commits, "commit_cpu_s": commit_cpu,
             "steady_freshness_p50_s": round(p[49], 2), "steady_freshness_p95_s": round(p[94], 2)}

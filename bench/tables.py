@@ -12,9 +12,10 @@ the tables' start ran), `tables_100_freshness_p50_s`/`_p95_s` (every change even
 table, source time to the commit that made it visible), `tables_100_worst_table_p95_s` (the
 p95 of the table worst served, so a busy table starving the others shows),
 `tables_100_cpu_share` under load, and what holds the job back: `tables_100_batches` (the
-tables' commits from the start of the load until every table has applied it) and
-`tables_100_cpu_s_per_batch` (the driver's CPU seconds over that time, divided by them;
-`tables_100_jit_s_per_batch` of them the JIT compilers')."""
+tables' commits from the start of the load until every table has applied it),
+`tables_100_commit_cpu_s` (the driver's CPU seconds of a direct-path commit among them, over
+`tables_100_direct_commits`) and `tables_100_cpu_s_per_batch` (the driver's CPU seconds over
+that time, divided by them; `tables_100_jit_s_per_batch` of them the JIT compilers')."""
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ from confluent_kafka import Producer
 from bench.freshness import Driver, commit_times, latencies, wait_applied
 from bench.workload import WIDTHS, Events, changes, fill, jvm_pid, record_template, registration, template_name
 from cdc.config.clients import kafka_access
+from cdc.jobs import metrics
 from cdc.jobs.supervisor import run
 from cdc.register.topics import end_offsets
 
@@ -102,9 +104,18 @@ class Load(Driver):
             IDLE_S * os.cpu_count()), 3)
         self.offsets = end_offsets(kafka_access(self.settings), self.topics)
         cpu, jit = cpu_seconds(self.jvm), compiler_seconds(self.jvm)
+        commits = self._commit_cpu()
         self.figures["tables_100_cpu_share"] = self._cpu_share(self._write)
         self._wait_applied()
         self.load_cpu_s, self.load_jit_s = cpu_seconds(self.jvm) - cpu, compiler_seconds(self.jvm) - jit
+        commit_s, count = (b - a for a, b in zip(commits, self._commit_cpu()))
+        self.figures["tables_100_direct_commits"] = count
+        self.figures["tables_100_commit_cpu_s"] = round(commit_s / count, 3) if count else None
+
+    def _commit_cpu(self) -> tuple[float, int]:
+        """Driver CPU seconds of the tables' direct-path commits so far, and their number."""
+        each = [metrics.commit_cpu(reg.name) for reg in self.targets.values()]
+        return sum(s for s, _ in each), sum(n for _, n in each)
 
     def _cpu_share(self, fn) -> float:
         """The share of all cores the driver (Python and JVM) used while `fn` ran."""

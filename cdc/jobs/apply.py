@@ -608,6 +608,7 @@ class TableApplier:
             log(f"commit conflict, the batch is applied again: {str(e).splitlines()[0][:200]}", table=self.name,
                 event="commit-conflict", level="warning")
             return False
+        metrics.COMMIT_CPU_SECONDS.labels(self.name).observe(written.cpu_s)
         if remembered:
             self.remembered_since += 1
         table.refresh()

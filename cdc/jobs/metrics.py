@@ -16,6 +16,10 @@ BATCH_SECONDS = Histogram("cdc_batch_duration_seconds", "Wall time of an applied
                           buckets=(0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300))
 STEP_SECONDS = Counter("cdc_batch_step_seconds", "Wall time spent in each step of the applied batches",
                        ["table", "step"])
+COMMIT_CPU_SECONDS = Histogram("cdc_direct_commit_cpu_seconds",
+                               "Driver CPU of a batch's commit on the direct path (the delete memory's append "
+                               "and the target's RowDelta)", ["table"],
+                               buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2))
 LAG = Gauge("cdc_lag_records", "Records in Kafka not yet applied, per partition", ["table", "partition"])
 FAILURES = Counter("cdc_table_failures", "Failures of a table's query (retried or given up)", ["table"])
 CAPTURING = Gauge("cdc_source_capturing", "1 while the source's connector and tasks run, else 0", ["source"])
@@ -50,6 +54,12 @@ def batch_seconds(table: str) -> float:
 def step_seconds(table: str, steps=APPLY_STEPS) -> float:
     """Seconds this process spent in `steps` of `table`'s batches."""
     return sum(STEP_SECONDS.labels(table, s)._value.get() for s in steps)
+
+
+def commit_cpu(table: str) -> tuple[float, int]:
+    """Driver CPU seconds of this process's direct-path commits of `table`, and their number."""
+    return COMMIT_CPU_SECONDS.labels(table)._sum.get(), int(sum(
+        b.get() for b in COMMIT_CPU_SECONDS.labels(table)._buckets))
 
 
 def record_lag(table: str, ends: dict[int, int], done: dict[int, int]) -> None:

@@ -9,6 +9,7 @@ MERGE."""
 from __future__ import annotations
 
 import json
+import time
 
 from cdc.sinks.session import jvm_class
 
@@ -57,6 +58,7 @@ class Batch:
     def __init__(self, spark, pending):
         self.spark, self.pending = spark, pending
         self.reason: str | None = pending.reason()
+        self.cpu_s = 0.0
 
     def stats(self) -> list[dict]:
         """Its stats per Kafka partition (jobs/plan.py's PartitionStats fields)."""
@@ -65,11 +67,15 @@ class Batch:
     def commit(self, props: dict[str, str]) -> int:
         """Its delete memory's file appended, then the target's RowDelta stamped with `props`
         (none when nothing changes: the caller then commits `props` alone); returns the deletes
-        remembered."""
+        remembered. `cpu_s` is then the driver's CPU seconds of the commit: this Python
+        thread's and the JVM thread's that committed."""
+        began = time.thread_time()
         summary = self.spark._jvm.java.util.HashMap()
         for k, v in props.items():
             summary.put(k, v)
-        return int(self.pending.commit(summary)[3])
+        counts = self.pending.commit(summary)
+        self.cpu_s = time.thread_time() - began + counts[4] / 1e9
+        return int(counts[3])
 
     def discard(self) -> None:
         """Delete the files it wrote (the batch then takes a query)."""

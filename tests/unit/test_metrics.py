@@ -24,3 +24,12 @@ def test_lag_per_partition_never_negative():
     metrics.record_lag("m.b", {0: 100, 1: 7}, {0: 100, 1: 9})  # a compacted end behind the checkpoint
     assert value("cdc_lag_records", table="m.b", partition="0") == 0
     assert value("cdc_lag_records", table="m.b", partition="1") == 0
+
+
+def test_direct_commits_sum_their_driver_cpu_and_count():
+    assert metrics.commit_cpu("m.c") == (0.0, 0)
+    for cpu_s in (0.05, 0.15, 3.0):  # the last past every bucket
+        metrics.COMMIT_CPU_SECONDS.labels("m.c").observe(cpu_s)
+    total, count = metrics.commit_cpu("m.c")
+    assert count == 3 and abs(total - 3.2) < 1e-9
+    assert value("cdc_direct_commit_cpu_seconds_count", table="m.c") == 3

@@ -1,6 +1,8 @@
 package cdc.direct;
 
 import java.io.Serializable;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -184,16 +186,19 @@ public final class DirectBatch {
 
     /** The delete memory's file appended (before the target's commit: a crash in between re-runs
      * both), then the target's RowDelta carrying {@code summary}; returns the rows found, inserted,
-     * removed and remembered. Nothing is committed when nothing changes (the caller then commits the
-     * summary alone). */
+     * removed and remembered, and the CPU nanoseconds the calling thread spent committing. Nothing
+     * is committed when nothing changes (the caller then commits the summary alone). */
     public long[] commit(Map<String, String> summary) {
+      ThreadMXBean threads = ManagementFactory.getThreadMXBean();
+      long began = threads.getCurrentThreadCpuTime();
       DirectDelta.Written w = outcome.written;
       if (w.memory != null && !remembered) {
         memory.newAppend().appendFile(w.memory).commit();
         remembered = true;
       }
       DirectDelta.commit(table, w, summary);
-      return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount()};
+      return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount(),
+                         threads.getCurrentThreadCpuTime() - began};
     }
 
     /** Delete the files the task wrote and no commit took (the batch then takes a query). */
