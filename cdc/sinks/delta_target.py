@@ -43,7 +43,17 @@ class DeltaTarget:
         self.refresh()
 
     def refresh(self) -> None:
-        self._detail = self._version = None  # read again when next asked
+        self._detail = self._snapshot = None  # read again when next asked
+
+    def _log_snapshot(self):
+        """The log's current snapshot. DeltaTable has no API for the table's version (its
+        `history(1)` reads the newest commit file: 0.1 s a call, twice a batch) nor for the
+        files carrying deletion vectors: those two are read from it."""
+        if self._snapshot is None:
+            none = jvm_class(self.spark, "scala.Option").empty()
+            self._snapshot = jvm_class(self.spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
+                self.spark._jsparkSession, self.path).update(False, none, none)
+        return self._snapshot
 
     def _details(self):
         """DESCRIBE DETAIL of the table's current version (numFiles, sizeInBytes, properties)."""
@@ -66,9 +76,7 @@ class DeltaTarget:
         return nullcontext()
 
     def version(self) -> int:
-        if self._version is None:
-            self._version = int(DataFrame(self._table.history(1), self.spark).first()["version"])
-        return self._version
+        return int(self._log_snapshot().version())
 
     def written(self) -> bool:
         return not self.holds_no_rows()
@@ -161,13 +169,10 @@ class DeltaTarget:
         return self.spark.read.format("delta").load(self.path).count()
 
     def file_counts(self) -> dict[str, int]:
-        """Live data files, those with deletion vectors, and versions. DeltaTable has no API
-        for the files carrying deletion vectors: those are counted in the log's snapshot."""
-        snapshot = jvm_class(self.spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
-            self.spark._jsparkSession, self.path).update(False, *[jvm_class(self.spark, "scala.Option").empty()] * 2)
+        """Live data files, those with deletion vectors (`_log_snapshot`), and versions."""
         self.refresh()
-        return {"data_files": self.data_files(),
-                "delete_files": int(snapshot.allFiles().where("deletionVector IS NOT NULL").count()),
+        files = self._log_snapshot().allFiles()
+        return {"data_files": self.data_files(), "delete_files": int(files.where("deletionVector IS NOT NULL").count()),
                 "snapshots": self.version() + 1}
 
     # Upkeep.
