@@ -26,14 +26,15 @@ def test_a_query_failing_while_the_job_runs_is_seen_and_started_again(spark, tmp
 
     settings = Settings(stack=StackSettings(state_dir=tmp_path), spark=SparkSettings(retry_for_s=60))
     table = TableRegistration(name="s.t", source={"name": "pg", "schema": "s", "table": "t"})
-    sup = Supervisor(spark, settings, [table], available_now=False, sleep=lambda s: None,
-                     starter=Starter(spark, settings), lag=lambda *args, **kwargs: None)
+    sup = Supervisor(spark, settings, [table], available_now=False, starter=Starter(spark, settings),
+                     lag=lambda *args, **kwargs: None)
     sup.start_all()
     try:
         deadline = time.monotonic() + 120
         while len(starts) < 2:
             assert time.monotonic() < deadline, "the failed query was never seen"
-            sup.poll()
-        assert sup.queries["s.t"].isActive and "s.t" in sup.failing_since
+            sup.look()
+        assert sup.queries["s.t"].isActive and "s.t" in sup.state.failing_since
     finally:
         sup.stop()
+

@@ -3,10 +3,9 @@ verdict failed at once naming the column, anything else retried as unexpected. T
 are what Spark, Iceberg and Kafka raised on the real stack (trimmed)."""
 import pytest
 
-from cdc.config.models import Settings, SparkSettings
+from cdc.config.models import Settings
 from cdc.errors import ApplyError, DependencyError
 from cdc.jobs.failures import diagnose
-from cdc.jobs.supervisor import Supervisor
 
 CATALOG_GONE = ("[REQUIRES_SINGLE_PART_NAMESPACE] spark_catalog requires a single-part namespace, but got "
                 "`lake`.`shop`. SQLSTATE: 42K05")
@@ -57,23 +56,29 @@ def test_kafka_is_named_with_its_address():
 
 
 def test_a_verdict_fails_at_once_naming_the_column(settings):
-    sup = Supervisor(None, Settings(spark=SparkSettings(retry_for_s=300)), [], available_now=True,
-                     sleep=lambda s: pytest.fail("a verdict must not be retried"))
-    with pytest.raises(ApplyError) as raised:
-        sup.backoff("shop.orders", RuntimeError(COLUMN_GONE))
-    error = raised.value
+    from cdc.jobs import supervision as s
+
+    error = diagnose(Settings(), None, "shop.orders", RuntimeError(COLUMN_GONE))
     assert not error.retriable
     assert error.message == ("table shop.orders: No such struct field `v` in id, _cdc_op, _cdc_position. "
                              "([FIELD_NOT_FOUND], SQLSTATE 42704)")
     assert "retrying cannot mend this" in error.hint and "dependency" not in error.hint
+    sup = s.Supervision({"shop.orders"}, {}, 300, continuous=True)
+    sup.handle(s.Started("shop.orders"), 0.0)
+    out = sup.handle(s.Ended("shop.orders", error), 0.0)
+    assert s.Record("shop.orders", "failed", error.message, remedy=error.hint) in out and not sup.retry_at
 
 
-def test_an_unknown_failure_is_retried_as_unexpected(settings, capsys):
-    sup = Supervisor(None, Settings(spark=SparkSettings(retry_for_s=300)), [], available_now=True, sleep=lambda s: None)
-    sup.backoff("shop.orders", RuntimeError("java.lang.IllegalStateException: something odd\n\tat a.b.C(C.java:1)"))
-    line = capsys.readouterr().err
-    assert line.endswith(" WARNING shop.orders: unexpected failure: java.lang.IllegalStateException: something odd, "
-                         "retrying in 1 s\n")
+def test_an_unknown_failure_is_retried_as_unexpected(settings):
+    from cdc.jobs import supervision as s
+
+    error = diagnose(Settings(), None, "shop.orders",
+                     RuntimeError("java.lang.IllegalStateException: something odd\n\tat a.b.C(C.java:1)"))
+    sup = s.Supervision({"shop.orders"}, {}, 300, continuous=True)
+    (said,) = sup.handle(s.StartFailed("shop.orders", error), 0.0)
+    assert (said.message, said.level) == ("unexpected failure: java.lang.IllegalStateException: something odd, "
+                                          "retrying in 1 s", "warning")
+    assert sup.retry_at == {"shop.orders": 1.0}
 
 
 def test_an_outage_inside_a_batch_stays_an_outage():

@@ -1,55 +1,214 @@
+"""The supervisor's decisions as events in and actions out (jobs/supervision.py), and the loop
+that performs them (jobs/supervisor.py) over queries without Spark."""
 import pytest
 
 from cdc.config.models import Settings, SparkSettings
-from cdc.errors import ApplyError, DependencyError
+from cdc.control import jobstate
+from cdc.errors import ApplyError, ConfigError, DependencyError
+from cdc.jobs import supervision as s
 from cdc.jobs.failures import diagnose
-from cdc.jobs.supervisor import Supervisor
+from cdc.jobs.supervision import FAILED_RETRY_S, REJOIN_EVERY_S, Supervision
 
 
 class Clock:
     def __init__(self):
         self.now = 0.0
-        self.slept = []
-
-    def sleep(self, s):
-        self.slept.append(s)
-        self.now += s
 
 
-def supervisor(bound):
-    clock = Clock()
-    settings = Settings(spark=SparkSettings(retry_for_s=bound))
-    return Supervisor(None, settings, [], available_now=True, clock=lambda: clock.now, sleep=clock.sleep), clock
+def state(tables, groups=None, bound=300.0, continuous=True) -> Supervision:
+    return Supervision(set(tables), dict(groups or {}), bound, continuous)
 
 
-def test_retries_with_backoff_then_gives_up_naming_the_cause():
-    sup, clock = supervisor(bound=20)
-    err = DependencyError("Kafka at x is unreachable")
-    with pytest.raises(ApplyError, match=r"gave up after 20s of retries; last error: Kafka at x is unreachable"):
-        for _ in range(100):
-            sup.backoff("t.a", err)
-    assert clock.slept[:4] == [1.0, 2.0, 4.0, 8.0] and max(clock.slept) <= 30
+def of(actions, kind) -> list:
+    return [a for a in actions if isinstance(a, kind)]
 
 
-def test_recovery_resets_the_budget():
-    sup, clock = supervisor(bound=5)
-    sup.backoff("t.a", DependencyError("down"))
-    clock.now += 100
-    sup.recovered("t.a")
-    sup.backoff("t.a", DependencyError("down again"))  # a fresh budget, no raise
-    assert clock.slept == [1.0, 1.0]
+def test_a_failing_query_starts_again_after_a_doubling_backoff_then_is_given_up_naming_the_cause():
+    sup = state(["t.a"], bound=20)
+    assert sup.start_all() == [s.StartOwn("t.a")]
+    sup.handle(s.Started("t.a"), 0.0)
+    down = DependencyError("Kafka at x is unreachable")
+    said = sup.handle(s.Ended("t.a", down), 0.0)
+    assert [(a.message, a.level) for a in said] == [("Kafka at x is unreachable, retrying in 1 s", "warning")]
+    assert sup.handle(s.Tick(0.5), 0.5) == []  # no sleep: the start waits for its time
+    delays, now = [], 0.0
+    while True:
+        (due,) = sup.retry_at.values()
+        delays.append(due - now)
+        now = due
+        assert sup.handle(s.Tick(now), now) == [s.StartOwn("t.a")]
+        out = sup.handle(s.StartFailed("t.a", down), now)
+        if not sup.retry_at:
+            break
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]
+    (record,) = of(out, s.Record)
+    assert record.state == jobstate.FAILED and record.error == (
+        "table t.a: gave up after 20s of retries; last error: Kafka at x is unreachable")
+    assert "raise spark.retry_for_s" in record.remedy and set(sup.failed) == {"t.a"}
 
 
-def test_verdicts_about_the_data_are_not_retried():
-    sup, _ = supervisor(bound=300)
-    with pytest.raises(ApplyError, match="bad record"):
-        sup.backoff("t.a", ApplyError("bad record"))
+def test_a_backoff_caps_at_thirty_seconds_and_recovery_resets_the_budget():
+    sup = state(["t.a"], bound=1000)
+    now = 0.0
+    for _ in range(8):
+        sup.handle(s.StartFailed("t.a", DependencyError("down")), now)
+        now = sup.retry_at["t.a"]
+    assert sup.delay["t.a"] == 30.0
+    sup.handle(s.Started("t.a"), now)
+    sup.handle(s.Progressed("t.a"), now)  # it read records again
+    sup.handle(s.Ended("t.a", DependencyError("down again")), now + 2000)  # a fresh budget: retried
+    assert sup.retry_at == {"t.a": now + 2001} and not sup.failed
+
+
+def test_a_verdict_about_the_data_is_given_up_at_once_and_the_others_go_on():
+    sup = state(["t.a", "t.b"])
+    for name in ("t.a", "t.b"):
+        sup.handle(s.Started(name), 0.0)
+    out = sup.handle(s.Ended("t.a", ApplyError("bad record", hint="fix it")), 0.0)
+    assert out[:2] == [s.Record("t.a", jobstate.FAILED, "bad record", remedy="fix it"),
+                       s.Log("failed: bad record (the 1 other table(s) go on); to do: fix it", "t.a", "table-failed",
+                             "error", (("error", "bad record"), ("hint", "fix it"), ("detail", None)))]
+    assert not sup.retry_at and sup.running == {"t.b"}
     settings = Settings()
     for text in ("py4j ... cdc.errors.ApplyError: table t: 1 record(s) ...", "[KAFKA_DATA_LOSS] ...",
                  "[CAST_INVALID_INPUT] The value 'x' cannot be cast. SQLSTATE: 22018"):
         assert not diagnose(settings, None, "t.a", RuntimeError(text)).retriable
     assert diagnose(settings, None, "t.a", RuntimeError("org.apache.kafka.common.errors.TimeoutException: x")).retriable
 
+
+def test_a_table_given_up_is_stopped_and_tried_again_a_minute_later_by_a_continuous_job_only():
+    for continuous in (True, False):
+        sup = state(["t.a"], continuous=continuous)
+        sup.handle(s.Started("t.a"), 0.0)
+        sup.handle(s.Progressed("t.a"), 0.0)
+        assert sup.handle(s.MembersFailed("nothing", {}), 0.0) == []
+        sup.running.add("t.a")
+        out = sup.handle(s.StartFailed("t.a", ConfigError("target gone")), 5.0)
+        assert out[0] == s.StopQuery("t.a") and "t.a" not in sup.running
+        assert sup.handle(s.Tick(5.0 + FAILED_RETRY_S - 1), 5.0 + FAILED_RETRY_S - 1) == []
+        again = sup.handle(s.Tick(5.0 + FAILED_RETRY_S), 5.0 + FAILED_RETRY_S)
+        if continuous:
+            assert again == [s.Log("trying the failed table again", "t.a", "table-retried"), s.StartOwn("t.a")]
+            assert not sup.failed
+        else:
+            assert again == [] and set(sup.failed) == {"t.a"} and not sup.busy()
+
+
+def test_a_job_that_stops_at_kafka_s_end_is_busy_until_every_query_is_done_or_given_up():
+    sup = state(["s.a", "s.b", "s.c"], continuous=False)
+    assert sup.start_all() == [s.StartOwn("s.a"), s.StartOwn("s.b"), s.StartOwn("s.c")]
+    sup.handle(s.Started("s.a"), 0.0)
+    sup.handle(s.StartFailed("s.b", DependencyError("Kafka is down")), 0.0)
+    sup.handle(s.Started("s.c"), 0.0)
+    assert sup.handle(s.Ended("s.a", None), 1.0) == [s.CaughtUp("s.a")]
+    sup.handle(s.Ended("s.c", None), 1.0)
+    assert sup.busy()  # s.b starts again at 1.0
+    assert sup.handle(s.Tick(1.0), 1.0) == [s.StartOwn("s.b")] and not sup.busy()
+    sup.handle(s.Started("s.b"), 1.0)
+    assert sup.handle(s.Ended("s.b", None), 2.0) == [s.CaughtUp("s.b")] and not sup.busy()
+
+
+def test_a_shared_query_s_table_that_does_not_open_leaves_it_for_its_own_query():
+    sup = state(["s.a", "s.b", "s.c"], groups={"shared-2s": ["s.a", "s.b", "s.c"]})
+    assert sup.start_all() == [s.StartShared("shared-2s")]
+    out = sup.handle(s.Started("shared-2s", {"s.b": DependencyError("catalog down")}), 0.0)
+    assert out[0].event == "shared-query-left" and out[0].table == "s.b"
+    assert of(out, s.Record) == [s.Record("s.a", jobstate.RUNNING, query="shared-2s"),
+                                 s.Record("s.c", jobstate.RUNNING, query="shared-2s")]
+    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and sup.retry_at == {"s.b": 1.0}
+    assert sup.handle(s.Tick(1.0), 1.0) == [s.StartOwn("s.b")]  # its own query; it joins again later
+    out = sup.handle(s.Started("shared-2s", {"s.a": ApplyError("target gone")}), 2.0)
+    assert of(out, s.Record)[-1] == s.Record("s.a", jobstate.FAILED, "target gone")  # a verdict: given up at once
+
+
+def test_a_shared_query_that_failed_for_some_tables_starts_again_at_once_without_them():
+    sup = state(["s.a", "s.b", "s.c"], groups={"shared-2s": ["s.a", "s.b", "s.c"]})
+    sup.handle(s.Started("shared-2s"), 0.0)
+    out = sup.handle(s.Ended("shared-2s", ApplyError("batch 0: 1 table(s) failed (s.b)"),
+                             {"s.b": ApplyError("bad record")}), 0.0)
+    assert [type(a) for a in out] == [s.Log, s.StartShared, s.Record, s.Log]
+    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
+    assert "shared-2s" not in sup.failing_since  # not the query's failure: no backoff for it
+
+
+def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_on():
+    sup = state(["s.a", "s.b"], groups={"shared-2s": ["s.a", "s.b"]}, continuous=False)
+    sup.handle(s.Started("shared-2s"), 0.0)
+    out = sup.handle(s.MembersFailed("shared-2s", {"s.b": DependencyError("registry down")}), 0.0)
+    assert [a.event for a in out] == ["shared-query-left", "retrying"] and sup.running == {"shared-2s"}
+    assert sup.handle(s.Tick(1.0), 1.0) == [s.StartOwn("s.b")]
+    assert sup.handle(s.Ended("shared-2s", None), 2.0) == [s.CaughtUp("s.a")]
+
+
+def test_a_shared_query_that_fails_for_none_of_its_tables_past_its_budget_goes_on_as_queries_of_their_own():
+    sup = state(["s.a", "s.b"], groups={"shared-2s": ["s.a", "s.b"]}, bound=10)
+    sup.handle(s.Started("shared-2s"), 0.0)
+    sup.handle(s.Ended("shared-2s", DependencyError("Kafka at x is unreachable")), 0.0)
+    assert sup.handle(s.Tick(1.0), 1.0) == [s.StartShared("shared-2s")]
+    out = sup.handle(s.StartFailed("shared-2s", DependencyError("Kafka at x is unreachable")), 11.0)
+    assert out[0].event == "shared-query-dissolved" and out[1:] == [s.StartOwn("s.a"), s.StartOwn("s.b")]
+    assert sup.groups == {} and "shared-2s" not in sup.failing_since  # started again, a new budget
+    for name in ("s.a", "s.b"):
+        sup.handle(s.Started(name), 11.0)
+    assert sup.handle(s.Tick(11.0 + FAILED_RETRY_S - 1), 11.0 + FAILED_RETRY_S - 1) == []
+    assert sup.handle(s.Tick(11.0 + FAILED_RETRY_S), 11.0 + FAILED_RETRY_S) == [s.LookRejoin("s.a"),
+                                                                                   s.LookRejoin("s.b")]
+    out = sup.handle(s.RejoinReady("s.a"), 11.0 + FAILED_RETRY_S)  # all its tables had left it: it starts again
+    assert out == [s.StopQuery("s.a"), s.DropOwnCheckpoint("s.a"), s.StartShared("shared-2s"),
+                   s.Log("joins the shared query shared-2s again", "s.a", "shared-query-joined",
+                         fields=(("query", "shared-2s"),))]
+    assert sup.groups == {"shared-2s": ["s.a"]}
+
+
+def test_a_table_away_from_its_running_shared_query_is_looked_at_every_ten_seconds_and_joins_it():
+    sup = state(["s.a", "s.b", "s.c"], groups={"shared-2s": ["s.a", "s.b", "s.c"]})
+    sup.handle(s.Started("shared-2s"), 0.0)
+    sup.handle(s.MembersFailed("shared-2s", {"s.b": DependencyError("down"), "s.c": DependencyError("down")}), 0.0)
+    assert sup.handle(s.Tick(1.0), 1.0) == [s.StartOwn("s.b"), s.StartOwn("s.c")]
+    sup.handle(s.Started("s.b"), 1.0)
+    sup.handle(s.Started("s.c"), 1.0)
+    assert sup.handle(s.Tick(1.0), 1.0) == []  # both still failing: their budgets are not reset yet
+    sup.handle(s.Progressed("s.b"), 2.0)
+    assert sup.handle(s.Tick(2.0), 2.0) == [s.LookRejoin("s.b")]
+    assert sup.handle(s.Tick(2.0 + REJOIN_EVERY_S - 1), 3.0) == []  # looked at again only later
+    out = sup.handle(s.RejoinReady("s.b"), 12.0)
+    assert out == [s.StopQuery("s.b"), s.DropOwnCheckpoint("s.b"), s.Join("shared-2s", "s.b")]
+    assert sup.groups == {"shared-2s": ["s.a", "s.b"]} and sup.running == {"shared-2s", "s.c"}
+    assert of(sup.handle(s.Joined("s.b"), 12.0), s.Record) == [s.Record("s.b", jobstate.RUNNING, query="shared-2s")]
+    sup.handle(s.RejoinReady("s.c"), 12.0)
+    out = sup.handle(s.JoinFailed("s.c", ApplyError("target gone")), 12.0)  # back to a query of its own, given up
+    assert out[0].event == "shared-query-left" and set(sup.failed) == {"s.c"} and sup.groups["shared-2s"] == ["s.a", "s.b"]
+
+
+def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back_or_forgotten():
+    sup = state(["s.a", "s.b", "s.c"], groups={"shared-2s": ["s.a", "s.b", "s.c"]})
+    sup.handle(s.Started("shared-2s"), 0.0)
+    out = sup.handle(s.HandoverAsked("s.b", 42), 1.0)
+    assert [type(a) for a in out] == [s.Log, s.StopQuery, s.StartShared, s.Lend, s.Record, s.Log]
+    assert out[4] == s.Record("s.b", jobstate.HANDED_OVER) and sup.away == {"s.b": 42}
+    assert sup.handle(s.HandoverAsked("s.b", 42), 1.0) == []  # asked again: it is away already
+    sup.handle(s.Started("shared-2s"), 1.0)
+    sup.handle(s.HandoverAsked("s.c", 42), 1.0)
+    sup.handle(s.Started("shared-2s"), 1.0)
+    assert sup.groups == {"shared-2s": ["s.a"]}
+    assert sup.handle(s.Returned("s.b", registered=True), 2.0)[1:] == [s.StartOwn("s.b")]
+    assert sup.handle(s.Returned("s.c", registered=False), 2.0)[0] == s.Lend("s.c")  # `cdc tables remove`
+    assert sup.tables == {"s.a", "s.b"} and "s.c" not in sup.home and not sup.away
+    sup.handle(s.Started("s.b"), 2.0)
+    out = sup.handle(s.HandoverAsked("s.b", 43), 3.0)  # in a query of its own now
+    assert out[0] == s.StopQuery("s.b") and "s.b" not in sup.running
+    assert sup.handle(s.Returned("s.b", registered=True, invalid=ConfigError("bad yaml")), 4.0)[0] == \
+        s.Record("s.b", jobstate.FAILED, "bad yaml")
+
+
+def test_after_a_stop_is_asked_for_nothing_starts():
+    sup = state(["s.a"])
+    sup.handle(s.StartFailed("s.a", DependencyError("down")), 0.0)
+    sup.handle(s.StopAsked(), 0.5)
+    assert sup.handle(s.Tick(5.0), 5.0) == [] and sup.handle(s.Returned("s.a", True), 5.0)[1:] == []
+
+
+# The loop, over queries and shared batches without Spark.
 
 class FakeBatch:
     """A shared query's SharedBatch: its tables that failed, already drained."""
@@ -74,16 +233,10 @@ class FakeBatch:
 
 
 class FakeQuery:
-    """A table's streaming query: finishes, or fails with `error` once."""
+    """A table's streaming query, done at once: finished, or failed with `error`."""
 
-    def __init__(self, error=None):
-        self.error, self.isActive, self.lastProgress = error, True, None
-
-    def awaitTermination(self, timeout=None):
-        self.isActive = False
-        if self.error is not None:
-            raise self.error
-        return True
+    def __init__(self, error=None, active=False):
+        self.error, self.isActive, self.lastProgress = error, active, None
 
     def exception(self):
         return self.error
@@ -103,7 +256,6 @@ class Starter:
         self.shared = shared or (lambda members, away: (FakeQuery(), FakeBatch({}, tmp_path)))
         self.started: list[str] = []  # tables whose own query started
         self.members: list[list[str]] = []  # each shared query's tables, as it started
-        self.away: list[tuple] = []  # the topics each shared query read for tables away
         self.checkpoints: list = []
 
     def start_table(self, reg, available_now, tables=1):
@@ -119,7 +271,6 @@ class Starter:
 
     def start_shared(self, name, members, checkpoint, available_now, tables, away=()):
         self.members.append(sorted(members))
-        self.away.append(away)
         self.checkpoints.append(checkpoint)
         return self.shared(members, away)
 
@@ -131,34 +282,44 @@ class Starter:
             query.stop()
 
 
-def isolated(tmp_path, outcomes: dict, lags=None, **starter):
-    """A supervisor of the tables in `outcomes` (name -> what starting its query does), each
-    in a query of its own (a test of shared queries sets `groups`); `lags`: each table's lag
-    (records left, applied), else unknown. Its Starter is `sup.starter`."""
+class Streams:
+    """The session's query manager: every wait sees a query that ended, unless `quiet`."""
+
+    quiet = False
+
+    def awaitAnyTermination(self, timeout):
+        return not self.quiet
+
+    def resetTerminated(self):
+        pass
+
+
+def supervisor(tmp_path, outcomes: dict, groups=None, available_now=True, starter=Starter, **options):
+    """A supervisor of the tables in `outcomes` (name -> what starting its query does), each in
+    a query of its own unless `groups` shares them; its Starter is `sup.starter`."""
+    from types import SimpleNamespace
+
     from cdc.config.models import StackSettings, TableRegistration
+    from cdc.jobs.supervisor import Supervisor
 
     settings = Settings(stack=StackSettings(state_dir=tmp_path), tables_dir=tmp_path / "tables",
                         sources={"pg": {"kind": "postgresql", "database": "db", "user": "cdc"}},
                         spark=SparkSettings(retry_for_s=0, shared_query=False, checkpoint_dir=tmp_path / "checkpoints"))
     tables = [TableRegistration(name=n, source={"name": "pg", "schema": "s", "table": n.split(".")[1]})
               for n in outcomes]
-
-    class Spark:
-        def newSession(self):
-            return self
-
     clock = Clock()
-    return Supervisor(Spark(), settings, tables, available_now=True, clock=lambda: clock.now, sleep=clock.sleep,
-                      starter=Starter(outcomes, tmp_path, **starter),
-                      lag=lambda settings, reg, **kw: None if lags is None else lags[reg.name])
+    sup = Supervisor(SimpleNamespace(streams=Streams()), settings, tables, available_now=available_now,
+                     clock=lambda: clock.now, starter=starter(outcomes, tmp_path, **options),
+                     lag=lambda settings, reg, **kw: None)
+    if groups:
+        sup.state.groups.update(groups)
+        sup.state.home.update({t: name for name, members in groups.items() for t in members})
+    return sup, clock
 
 
 def test_a_failing_table_does_not_stop_the_others(tmp_path, capsys):
-    from cdc.control import jobstate
-    from cdc.errors import ConfigError
-
     poisoned = ConfigError("target lake.s.b of table s.b does not exist")
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": poisoned, "s.c": FakeQuery()})
+    sup, _ = supervisor(tmp_path, {"s.a": FakeQuery(), "s.b": poisoned, "s.c": FakeQuery()})
     with pytest.raises(ConfigError) as raised:
         sup.run_available_now()
     assert raised.value is poisoned and raised.value.table == "s.b"  # a lone failed table: its own error
@@ -168,55 +329,49 @@ def test_a_failing_table_does_not_stop_the_others(tmp_path, capsys):
         capsys.readouterr().err
 
 
-def test_tables_start_side_by_side(tmp_path):
-    """START_THREADS queries start at once: here each start waits for the others to be under way."""
-    import threading
-
-    from cdc.jobs.queries import START_THREADS
-
-    names = [f"s.t{i}" for i in range(START_THREADS)]
-    sup = isolated(tmp_path, {n: FakeQuery() for n in names})
-    together, start = threading.Barrier(len(names), timeout=30), sup.starter.start_table
-    sup.starter.start_table = lambda *a, **k: (together.wait(), start(*a, **k))[1]
-    sup.run_available_now()
-    assert set(sup.queries) == set(names) and not sup.failed
-
-
 def test_several_failed_tables_are_named_in_one_error(tmp_path):
-    from cdc.control import jobstate
-
-    sup = isolated(tmp_path, {"s.a": FakeQuery(ApplyError("column x cannot narrow")),
-                                           "s.b": ApplyError("topic gone"), "s.c": FakeQuery()})
+    sup, _ = supervisor(tmp_path, {"s.a": FakeQuery(ApplyError("column x cannot narrow")),
+                                   "s.b": ApplyError("topic gone"), "s.c": FakeQuery()})
     with pytest.raises(ApplyError, match=r"2 of 3 tables failed \(s.a, s.b\): column x cannot narrow; topic gone"):
         sup.run_available_now()
     assert jobstate.read(tmp_path, "s.c")["state"] == jobstate.CAUGHT_UP
     assert jobstate.read(tmp_path, "s.a")["error"] == "column x cannot narrow"
 
 
-def test_a_given_up_table_is_tried_again_when_due(tmp_path):
-    from cdc.jobs.supervisor import FAILED_RETRY_S
-
-    sup = isolated(tmp_path, {"s.a": [ApplyError("not yet"), FakeQuery()], "s.b": FakeQuery()})
-
-    class Streams:
-        def awaitAnyTermination(self, timeout):
-            pass
-
-        def resetTerminated(self):
-            pass
-
-    sup.spark.streams = Streams()
-    sup.start_or_fail("s.a")
-    sup.start_or_fail("s.b")
-    assert set(sup.failed) == {"s.a"} and set(sup.queries) == {"s.b"}
-    sup.poll()
-    assert set(sup.failed) == {"s.a"}  # not due yet
-    sup.clock = lambda: FAILED_RETRY_S + 1
-    sup.poll()
-    assert not sup.failed and set(sup.queries) == {"s.a", "s.b"}
+def test_one_table_s_backoff_does_not_hold_the_others_back(tmp_path):
+    """s.a fails to start and waits 1 s for its next start; s.b's query, meanwhile, is seen
+    done and caught up at the next look, and the loop never sleeps."""
+    sup, clock = supervisor(tmp_path, {"s.a": [DependencyError("Kafka is down"), FakeQuery()], "s.b": FakeQuery()})
+    sup.state.retry_for_s = 60
+    sup.start_all()
+    assert sup.state.retry_at == {"s.a": 1.0} and set(sup.queries) == {"s.b"}
+    sup.look()
+    assert jobstate.read(tmp_path, "s.b")["state"] == jobstate.CAUGHT_UP and sup.starter.started == ["s.a", "s.b"]
+    clock.now = 1.0
+    sup.look()
+    assert sup.starter.started == ["s.a", "s.b", "s.a"] and set(sup.queries) == {"s.a"}
 
 
-def test_a_poll_looks_at_the_queries_only_once_one_has_ended(tmp_path):
+def test_tables_start_side_by_side(tmp_path):
+    """START_THREADS queries start at once: here each start waits for the others to be under way."""
+    import threading
+
+    from cdc.jobs.queries import START_THREADS
+
+    together = threading.Barrier(START_THREADS, timeout=30)
+
+    class Together(Starter):
+        def start_table(self, reg, available_now, tables=1):
+            together.wait()
+            return super().start_table(reg, available_now, tables)
+
+    names = [f"s.t{i}" for i in range(START_THREADS)]
+    sup, _ = supervisor(tmp_path, {n: FakeQuery(active=True) for n in names}, starter=Together)
+    sup.start_all()
+    assert set(sup.queries) == set(names) and not sup.failed
+
+
+def test_a_look_looks_at_the_queries_only_once_one_has_ended(tmp_path):
     """Quiet tables cost no call into the JVM a second: a query is looked at when one has
     ended, and a running query's progress only while its table is retrying."""
 
@@ -232,213 +387,43 @@ def test_a_poll_looks_at_the_queries_only_once_one_has_ended(tmp_path):
         def isActive(self, value):
             self.active = value
 
-    class Streams:
-        ended = False
-
-        def awaitAnyTermination(self, timeout):
-            return self.ended
-
-        def resetTerminated(self):
-            self.ended = False
-
-    replacement = Looked()
-    sup = isolated(tmp_path, {"s.a": [Looked(), replacement], "s.b": Looked()})
-    sup.spark.streams = streams = Streams()
-    sup.settings = Settings(stack=sup.settings.stack, spark=SparkSettings(retry_for_s=60))
-    sup.start_or_fail("s.a")
-    sup.start_or_fail("s.b")
-    sup.poll()
+    replacement = Looked(active=True)
+    sup, clock = supervisor(tmp_path, {"s.a": [Looked(active=True), replacement], "s.b": Looked(active=True)},
+                            available_now=False)
+    sup.state.retry_for_s = 60
+    streams = sup.spark.streams
+    streams.quiet = True
+    sup.start_all()
+    sup.look()
     assert Looked.looks == 0
     failed = sup.queries["s.a"]
-    failed.active, failed.error, streams.ended = False, DependencyError("Kafka is unreachable"), True
-    sup.poll()  # restarted
-    assert sup.queries["s.a"] is replacement and "s.a" in sup.failing_since and Looked.looks == 2
-    sup.poll()  # s.a retrying: only its query is looked at, and it has read nothing yet
-    assert Looked.looks == 3 and "s.a" in sup.failing_since
+    failed.active, failed.error, streams.quiet = False, DependencyError("Kafka is unreachable"), False
+    sup.look()  # seen (and looked at once more as it is stopped), to start again at 1.0
+    assert Looked.looks == 3 and "s.a" not in sup.queries
+    streams.quiet, clock.now = True, 1.0
+    sup.look()  # started again
+    assert sup.queries["s.a"] is replacement and "s.a" in sup.state.failing_since and Looked.looks == 3
+    sup.look()  # s.a retrying: only its query is looked at, and it has read nothing yet
+    assert Looked.looks == 4 and "s.a" in sup.state.failing_since
     replacement.lastProgress = {"numInputRows": 5}
-    sup.poll()
-    assert Looked.looks == 4 and "s.a" not in sup.failing_since
-    sup.poll()
-    assert Looked.looks == 4
-
-
-def test_batch_sizing_caps_a_backlog_and_waits_for_a_minimum_only_when_continuous():
-    from cdc.config.models import TableOptions
-    from cdc.jobs.backlog import batch_sizing
-
-    assert batch_sizing(TableOptions(), available_now=False) == {}
-    assert batch_sizing(TableOptions(), available_now=True, auto_cap=70_000) == {"maxOffsetsPerTrigger": "70000"}
-    opts = TableOptions(max_offsets_per_trigger=50_000, min_offsets_per_trigger=2_000, max_trigger_delay_s=10)
-    assert batch_sizing(opts, available_now=False, auto_cap=70_000) == {
-        "maxOffsetsPerTrigger": "50000", "minOffsetsPerTrigger": "2000", "maxTriggerDelay": "10s"}
-    assert batch_sizing(opts, available_now=True) == {"maxOffsetsPerTrigger": "50000"}
-
-
-def test_an_automatic_cap_keeps_the_batches_under_way_within_a_share_of_the_memory():
-    from cdc.jobs.backlog import AUTO_MAX_RECORDS, AUTO_MIN_RECORDS, AUTO_UNKNOWN_RECORDS, auto_batch_cap
-
-    gib = 1 << 30
-    assert auto_batch_cap(2 * gib, 2048, batches=1) == 524_288  # half of 2 GiB in 2 KiB records
-    assert auto_batch_cap(2 * gib, 2048, batches=4) == 131_072  # four batches under way at once share it
-    assert auto_batch_cap(2 * gib, 2048, batches=100) == AUTO_MIN_RECORDS  # never below the floor
-    assert auto_batch_cap(64 * gib, 100, batches=1) == AUTO_MAX_RECORDS  # nor above the ceiling
-    assert auto_batch_cap(2 * gib, None, batches=1) == AUTO_UNKNOWN_RECORDS  # an empty topic
-
-
-def test_catching_up_tells_the_rate_and_the_time_left(capsys):
-    from cdc.jobs.backlog import BEHIND_RECORDS, PROGRESS_EVERY_S, CatchUp
-
-    now = [0.0]
-    c = CatchUp("s.a", clock=lambda: now[0])
-    assert c.line(5_000_000, 100) == "catching up: 5,000,000 record(s) left"
-    now[0] = 100.0  # 400,000 applied while 100,000 arrived: the backlog shrinks by 3,000/s
-    assert c.line(4_700_000, 400_100) == ("catching up: 4,700,000 record(s) left, 4,000 records/s, "
-                                         "about 26 min left")
-    now[0] = 200.0  # nothing applied since, and more arrived than it had gained
-    assert c.line(5_100_000, 400_100).endswith("2,000 records/s, not gaining on the source")
-
-    watched, seen = CatchUp("s.b", clock=lambda: now[0]), []
-    watched.line = lambda left, applied: seen.append(left)  # noqa: E731 - records the lines logged
-    watched.seen(BEHIND_RECORDS - 1, 0)  # not behind: nothing
-    watched.seen(BEHIND_RECORDS * 5, 0)
-    now[0] += 1
-    watched.seen(BEHIND_RECORDS * 4, 10_000)  # within PROGRESS_EVERY_S of the last line
-    now[0] += PROGRESS_EVERY_S
-    watched.seen(BEHIND_RECORDS * 3, 20_000)
-    assert seen == [BEHIND_RECORDS * 5, BEHIND_RECORDS * 3]
-    watched.seen(0, 50_000)
-    assert "s.b: caught up" in capsys.readouterr().err and watched.shown_at is None
-
-
-def test_tables_share_a_query_by_trigger_interval_unless_they_size_their_own_batches():
-    from cdc.config.models import TableRegistration
-    from cdc.jobs.shared import groups
-
-    def reg(name, **options):
-        return TableRegistration(name=name, source={"name": "pg", "schema": "s", "table": name.split(".")[1]},
-                                 options=options)
-
-    tables = [reg("s.a"), reg("s.b"), reg("s.c", trigger_interval_s=10), reg("s.d", trigger_interval_s=10),
-              reg("s.e", trigger_interval_s=30), reg("s.f", max_offsets_per_trigger=5),
-              reg("s.g", min_offsets_per_trigger=5)]
-    assert groups(tables) == {"shared-2s": ["s.a", "s.b"], "shared-10s": ["s.c", "s.d"]}  # s.e alone: its own
-    # by default a job's tables share queries; `spark.shared_query: false` gives each its own
-    assert Supervisor(None, Settings(), tables, available_now=True).groups == groups(tables)
-    assert Supervisor(None, Settings(spark=SparkSettings(shared_query=False)), tables, available_now=True).groups == {}
-
-
-def test_a_shared_query_starts_from_each_tables_committed_offsets_and_applies_only_the_tables_read():
-    import json
-
-    from cdc.jobs.shared import due, starting_offsets
-
-    start = starting_offsets([("t.a", {0: 5}, (0, 1)), ("t.b", {}, (0,)), ("t.c", {0: 7, 1: 3}, (0, 1))])
-    assert json.loads(start) == {"t.a": {"0": 5, "1": -2}, "t.b": {"0": -2}, "t.c": {"0": 7, "1": 3}}
-    two = starting_offsets([("t.a", {0: 9, 1: 4}, (0, 1)), ("t.a", {0: 5, 1: 6}, (0, 1)), ("t.a", {0: 7}, (0, 1))])
-    assert json.loads(two) == {"t.a": {"0": 5, "1": -2}}  # two tables of one topic: the lower of each
-    topics = {"a": "t.a", "b": "t.b", "c": "t.c"}
-    assert due(topics, {"a": {0: 5, 1: 0}, "b": {0: 3}, "c": {0: 7}},
-               {"t.a": {0: 5, 1: 0}, "t.b": {0: 4}, "t.c": {0: 7}}) == ["b"]
-    assert due(topics, {"a": {0: 5}, "b": {0: 4}}, {"t.a": {0: 5, 1: 2}, "t.b": {0: 4}}) == ["a"]  # a new partition
-
-
-def test_a_table_s_first_plan_with_records_is_found_by_bisection_as_by_asking_every_plan(tmp_path):
-    """Plans' ends only grow (a partition may appear): the plans a table has records in are
-    the last ones, wherever it starts (before, inside or past the plans, a partition lacking)."""
-    import random
-
-    from cdc.jobs.shared import SharedBatch, due
-    from cdc.jobs.slots import BatchSlots
-
-    class Applier:
-        topic = "t.a"
-
-        def __call__(self, *args):
-            raise AssertionError("no plan is applied")
-
-    batch = SharedBatch({"a": Applier()}, None, tmp_path, BatchSlots(1), "{}", cap=100)
-    rng = random.Random(7)
-    try:
-        with batch.cond:  # the worker waits for the condition: it never sees these plans
-            end = {0: 0}
-            for batch_id in range(40):
-                end = {p: o + rng.choice((0, 0, 1, 5)) for p, o in end.items()}
-                if batch_id == 20:
-                    end[1] = 3
-                batch.plans.append((batch_id, {"t.a": dict(end), "t.other": {0: batch_id}}, 0.0))
-            for start in ({}, {0: 0}, {0: 30}, {0: 10_000}, {0: 10_000, 1: 2}, {0: 10_000, 1: 3}):
-                brute = next((i for i, (_, e, _) in enumerate(batch.plans) if due({"a": "t.a"}, {"a": start}, e)),
-                             len(batch.plans))
-                assert batch._first_due("a", "t.a", start) == brute
-            batch.plans.clear()
-    finally:
-        batch.close()
-
-
-def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_for_it_up_to_the_cap(tmp_path):
-    """The planner and its workers, without Spark: the checkpoint's offset log as Spark
-    writes it, appliers that record what they are given."""
-    import json
-
-    from cdc.jobs.slots import BatchSlots
-    from cdc.jobs.shared import SharedBatch
-
-    (tmp_path / "offsets").mkdir()
-    applied = []
-
-    class Applier:
-        def __init__(self, topic, fail=False):
-            self.topic, self.fail = topic, fail
-
-        def __call__(self, part, batch_id, waited_s, records):
-            if self.fail:
-                raise ValueError("bad record")
-            applied.append((part, batch_id, records))
-
-    appliers = {"busy": Applier("t.busy"), "quiet": Applier("t.quiet"), "idle": Applier("t.idle"),
-                "bad": Applier("t.bad", fail=True)}
-    start = json.dumps({"t.busy": {"0": 0}, "t.quiet": {"0": 10}, "t.idle": {"0": 4}, "t.bad": {"0": 0}})
-    batch = SharedBatch(appliers, lambda name, first, last: (name, first, last), tmp_path, BatchSlots(1), start,
-                        cap=100)
-    try:
-        with batch.cond:  # three batches planned before a worker looks
-            for batch_id, busy, quiet in ((0, 60, 11), (1, 90, 12), (2, 150, 12)):
-                ends = {"t.busy": {"0": busy}, "t.quiet": {"0": quiet}, "t.idle": {"0": 4}, "t.bad": {"0": 1}}
-                (tmp_path / "offsets" / str(batch_id)).write_text("v1\n{}\n" + json.dumps(ends))
-                batch(None, batch_id)
-        assert batch.drained(30)
-    finally:
-        batch.close()
-    # the busy table first (the most records), as far as 100 records allow, then the rest of
-    # it; the quiet table once, both its changes; the idle table never; the bad one set aside
-    # each with the records of its range (what sizes its pool and picks its path)
-    assert applied == [(("busy", {0: 0}, {0: 90}), 1, 90), (("busy", {0: 90}, {0: 150}), 2, 60),
-                       (("quiet", {0: 10}, {0: 12}), 2, 2)]
-    # what the lag gauge counts as applied: where each table's next read starts
-    assert [batch.applied(n) for n in ("busy", "quiet", "idle")] == [{0: 150}, {0: 12}, {0: 4}]
-    assert list(batch.take_failed()) == ["bad"] and batch.take_failed() == {}
+    sup.look()
+    assert Looked.looks == 5 and "s.a" not in sup.state.failing_since
+    sup.look()
+    assert Looked.looks == 5
 
 
 def test_a_table_failing_in_a_shared_query_leaves_it_and_the_others_start_again_without_it(tmp_path):
-    from cdc.control import jobstate
-
-    class Batch(FakeBatch):
-        def __init__(self, members):
-            super().__init__({"s.b": ApplyError("bad record")} if "s.b" in members else {}, tmp_path)
-
     def shared(members, away):
-        return (FakeQuery(ApplyError("batch 0: 1 table(s) failed (s.b)")) if "s.b" in members else FakeQuery(),
-                Batch(members))
+        failed = {"s.b": ApplyError("bad record")} if "s.b" in members else {}
+        query = FakeQuery(ApplyError("batch 0: 1 table(s) failed (s.b)") if failed else None)
+        return query, FakeBatch(failed, tmp_path)
 
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()},
-                   shared=shared)
-    spark = sup.settings.spark.model_copy(update={"shared_query": True})
-    sup.settings = sup.settings.model_copy(update={"spark": spark})
-    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
+    sup, _ = supervisor(tmp_path, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()},
+                        groups={"shared-2s": ["s.a", "s.b", "s.c"]}, shared=shared)
     with pytest.raises(ApplyError, match="bad record"):
         sup.run_available_now()
     assert sup.starter.members == [["s.a", "s.b", "s.c"], ["s.a", "s.c"]]
-    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
+    assert sup.state.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
     assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
         "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
 
@@ -449,8 +434,7 @@ def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tm
 
     from cdc.jobs.supervisor import SHARED_TABLES
 
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery()})
-    sup.groups = {"shared-2s": ["s.a", "s.b"]}
+    sup, _ = supervisor(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery()}, groups={"shared-2s": ["s.a", "s.b"]})
     directory = tmp_path / "checkpoints" / "_shared"
     running = FakeBatch({}, tmp_path)  # another shared query of this job, running
     running.checkpoint = directory / "shared-20s-1"
@@ -468,162 +452,42 @@ def test_a_shared_query_drops_the_checkpoints_a_killed_job_left_of_its_tables(tm
     assert json.loads((made[0] / SHARED_TABLES).read_text()) == ["s.a", "s.b"]
 
 
-def test_a_table_whose_target_does_not_open_starts_on_its_own_once(tmp_path):
-    from cdc.control import jobstate
-
-    def opens(reg):
-        if reg.name == "s.b":
-            raise ApplyError("target gone")
-        return object()
-
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": [ApplyError("target gone")], "s.c": FakeQuery()},
-                   opens=opens)
-    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
-    sup.start_all()
-    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
-    assert set(sup.queries) == {"shared-2s"} and sup.starter.started == []  # given up at once (a verdict), not started again
-    assert [jobstate.read(tmp_path, n).get("query") for n in ("s.a", "s.b", "s.c")] == ["shared-2s", None, "shared-2s"]
-
-
-def test_a_table_failing_while_a_shared_query_runs_leaves_it_and_the_query_goes_on(tmp_path):
-    from cdc.control import jobstate
-
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": ApplyError("bad record"), "s.c": FakeQuery()},
-                   shared=lambda members, away: (FakeQuery(), FakeBatch({"s.b": ApplyError("bad record")}, tmp_path)))
-    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
-    with pytest.raises(ApplyError, match="bad record"):
-        sup.run_available_now()
-    assert sup.starter.members == [["s.a", "s.b", "s.c"]]  # not started again: its other tables were applied
-    assert sup.groups == {"shared-2s": ["s.a", "s.c"]} and set(sup.failed) == {"s.b"}
-    assert {n: jobstate.read(tmp_path, n)["state"] for n in ("s.a", "s.b", "s.c")} == {
-        "s.a": jobstate.CAUGHT_UP, "s.b": jobstate.FAILED, "s.c": jobstate.CAUGHT_UP}
-
-
-def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(tmp_path):
-    """The planner, without Spark: a table that failed and left joins again from the offsets
-    its target holds, which may be past the newest plan (its own query read further)."""
-    import json
-
-    from cdc.jobs.slots import BatchSlots
-    from cdc.jobs.shared import SharedBatch
-
-    (tmp_path / "offsets").mkdir()
-    applied = []
-
-    class Applier:
-        def __init__(self, topic):
-            self.topic = topic
-
-        def __call__(self, part, batch_id, waited_s, records):
-            applied.append((part, batch_id))
-
-    def plan(batch_id, ends):
-        (tmp_path / "offsets" / str(batch_id)).write_text("v1\n{}\n" + json.dumps(ends))
-        batch(None, batch_id)
-
-    # t.b is read from its end: its table is away, in a query of its own
-    start = json.dumps({"t.a": {"0": 0}, "t.b": {"0": 40, "1": 7}})
-    batch = SharedBatch({"a": Applier("t.a")}, lambda name, first, last: (name, first, last), tmp_path,
-                        BatchSlots(1), start, cap=100)
-    try:
-        assert batch.subscribed == {"t.a", "t.b"}
-        plan(0, {"t.a": {"0": 5}, "t.b": {"0": 50, "1": 7}})
-        assert batch.drained(30)
-        batch.join("b", Applier("t.b"), "b's session", {0: 45, 1: 9})  # partition 1: past the plans
-        assert batch.sessions == {"b": "b's session"}
-        assert batch.drained(30)
-        plan(1, {"t.a": {"0": 5}, "t.b": {"0": 60, "1": 12}})
-        assert batch.drained(30)
-    finally:
-        batch.close()
-    assert applied == [(("a", {0: 0}, {0: 5}), 0),
-                       (("b", {0: 45, 1: 9}, {0: 50, 1: 9}), 0),  # never an end below where it starts
-                       (("b", {0: 50, 1: 9}, {0: 60, 1: 12}), 1)]
-    assert batch.applied("b") == {0: 60, 1: 12}
-
-
-def test_a_table_away_from_its_shared_query_joins_it_again_once_its_own_query_runs(tmp_path):
+def test_a_table_joins_its_running_shared_query_again_and_its_own_checkpoint_goes(tmp_path):
     from types import SimpleNamespace
 
-    from cdc.control import jobstate
-    from cdc.jobs.supervisor import REJOIN_EVERY_S
-
-    lags = {"s.b": (5, 0), "s.c": (500, 0)}  # s.c: more than a shared batch behind
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()}, lags=lags,
-                   opens=lambda reg: SimpleNamespace(committed={0: 3}))
-    sup.groups = {"shared-2s": ["s.a"]}
-    sup.home = {"s.a": "shared-2s", "s.b": "shared-2s", "s.c": "shared-2s"}
-    clock = Clock()
-    sup.clock = lambda: clock.now
     joined = []
 
     class Batch(FakeBatch):
-        subscribed, cap = {"pg.s.a", "pg.s.b", "pg.s.c"}, 100
+        subscribed, cap = {"pg.s.a", "pg.s.b"}, 100
 
         def join(self, name, applier, session, committed):
             joined.append((name, applier, committed))
 
-    sup.batches["shared-2s"] = Batch({}, tmp_path)
-    own = {t: FakeQuery() for t in ("s.b", "s.c")}
-    sup.queries.update(own)
+    lags = {"s.b": (500, 0)}  # more than a shared batch behind
+    sup, clock = supervisor(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(active=True)},
+                            groups={"shared-2s": ["s.a", "s.b"]}, available_now=False,
+                            shared=lambda members, away: (FakeQuery(active=True), Batch({}, tmp_path)),
+                            opens=lambda reg: SimpleNamespace(committed={0: 3}))
+    sup.lag = lambda settings, reg, **kw: lags[reg.name]
+    sup.state.retry_for_s = 60
+    sup.spark.streams.quiet = True
+    sup.start_all()
+    sup.batches["shared-2s"].failed = {"s.b": DependencyError("registry down")}
+    sup.look()  # s.b leaves, to start on its own at 1.0
+    clock.now = 1.0
+    sup.look()
+    own = sup.queries["s.b"]
     own_checkpoint = tmp_path / "checkpoints" / "s.b"
     own_checkpoint.mkdir(parents=True)
-    sup.failing_since["s.b"] = 0.0
-    sup.rejoin()  # s.b still failing; s.c's own query has run no batch yet
-    own["s.c"].lastProgress = {"numInputRows": 0}
+    own.lastProgress = {"numInputRows": 3}
+    sup.look()  # recovered, but too far behind
+    assert joined == [] and "s.b" in sup.queries
+    lags["s.b"] = (5, 0)
     clock.now += REJOIN_EVERY_S
-    sup.rejoin()  # s.c too far behind
-    assert joined == [] and set(sup.queries) == {"s.b", "s.c"}
-    sup.recovered("s.b")
-    own["s.b"].lastProgress = {"numInputRows": 3}
-    clock.now += REJOIN_EVERY_S
-    sup.rejoin()
-    assert joined == [("s.b", "s.b applier", {0: 3})] and sup.groups == {"shared-2s": ["s.a", "s.b"]}
-    assert not own["s.b"].isActive and own["s.c"].isActive and set(sup.queries) == {"s.c"}
-    assert not own_checkpoint.exists()  # a query of its own later starts from the table's commits
+    sup.look()
+    assert joined == [("s.b", "s.b applier", {0: 3})] and sup.state.groups == {"shared-2s": ["s.a", "s.b"]}
+    assert not own.isActive and set(sup.queries) == {"shared-2s"} and not own_checkpoint.exists()
     assert jobstate.read(tmp_path, "s.b").get("query") == "shared-2s"
-    lags["s.c"] = (0, 0)
-    sup.rejoin()  # looked at again only after REJOIN_EVERY_S
-    assert len(joined) == 1
-    clock.now += REJOIN_EVERY_S
-    sup.rejoin()
-    assert [name for name, _, _ in joined] == ["s.b", "s.c"] and sup.queries == {}
-
-
-def test_a_shared_query_all_of_whose_tables_left_starts_again_with_the_first_back(tmp_path):
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery()}, lags={"s.a": (0, 0), "s.b": (0, 0)})
-    sup.home = {"s.a": "shared-2s", "s.b": "shared-2s"}  # the query ended, every table left it
-    own = {t: FakeQuery() for t in ("s.a", "s.b")}
-    own["s.a"].lastProgress = {"numInputRows": 1}
-    sup.queries.update(own)
-    sup.rejoin()
-    # it also reads the topic of the table still away, so that it can join it in place
-    assert sup.starter.members == [["s.a"]] and sup.starter.away == [("pg.s.b",)] and sup.groups == {"shared-2s": ["s.a"]}
-    assert set(sup.queries) == {"shared-2s", "s.b"}
-
-
-def test_the_tables_of_a_dissolved_shared_query_join_it_again_a_minute_later(tmp_path):
-    from cdc.errors import DependencyError
-    from cdc.jobs.supervisor import FAILED_RETRY_S
-
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery()}, lags={"s.a": (0, 0), "s.b": (0, 0)})
-    sup.groups = {"shared-2s": ["s.a", "s.b"]}
-    sup.home = {"s.a": "shared-2s", "s.b": "shared-2s"}
-    clock = Clock()
-    sup.clock = lambda: clock.now
-    started = sup.starter.members
-    sup.failing_since["shared-2s"] = 0.0
-    sup.dissolve("shared-2s", DependencyError("Kafka at x is unreachable"))  # retries ran out
-    assert sup.groups == {} and set(sup.queries) == {"s.a", "s.b"}
-    assert "shared-2s" not in sup.failing_since  # started again, it has a new retry budget
-    for query in sup.queries.values():
-        query.lastProgress = {"numInputRows": 0}
-    clock.now += FAILED_RETRY_S - 1
-    sup.rejoin()
-    assert started == [] and set(sup.queries) == {"s.a", "s.b"}
-    clock.now += 1
-    sup.rejoin()  # s.b: the restarted query's topics are FakeBatch's (none); it stays on its own
-    assert started == [["s.a"]] and set(sup.queries) == {"shared-2s", "s.b"}
 
 
 def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(tmp_path):
@@ -634,14 +498,12 @@ def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(t
     import json
     import os
 
-    from cdc.control import jobstate
-
-    sup = isolated(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(), "s.c": FakeQuery()})
-    sup.available_now = False
-    sup.groups = {"shared-2s": ["s.a", "s.b", "s.c"]}
-    sup.home = {t: "shared-2s" for t in ("s.a", "s.b", "s.c")}
+    sup, _ = supervisor(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(active=True), "s.c": FakeQuery()},
+                        groups={"shared-2s": ["s.a", "s.b", "s.c"]}, available_now=False,
+                        shared=lambda members, away: (FakeQuery(active=True), FakeBatch({}, tmp_path)))
+    sup.spark.streams.quiet = True
     sup.lent = jobstate.Lent(tmp_path)
-    for t in sup.tables:
+    for t in ("s.a", "s.b", "s.c"):
         sup.lent.take(t)
     started = sup.starter.members
     (tmp_path / "tables").mkdir()  # s.c's registration is removed while it is lent
@@ -651,15 +513,15 @@ def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(t
     requests.mkdir()
     for t in ("s.b", "s.c"):
         (requests / f"{t}.json").write_text(json.dumps({"pid": os.getpid()}))
-    sup.hand_over()
+    sup.look()
     assert started == [["s.a", "s.b", "s.c"], ["s.a", "s.c"], ["s.a"]]
-    assert sup.away == {"s.b": os.getpid(), "s.c": os.getpid()} and sup.lent.held == {"s.a"}
+    assert sup.state.away == {"s.b": os.getpid(), "s.c": os.getpid()} and sup.lent.held == {"s.a"}
     assert jobstate.read(tmp_path, "s.b")["state"] == jobstate.HANDED_OVER
-    sup.take_back()  # still asked for
-    assert set(sup.away) == {"s.b", "s.c"}
+    sup.look()  # still asked for
+    assert set(sup.state.away) == {"s.b", "s.c"}
     for t in ("s.b", "s.c"):
         (requests / f"{t}.json").unlink()
-    sup.take_back()
-    assert not sup.away and set(sup.queries) == {"shared-2s", "s.b"} and sup.lent.held == {"s.a", "s.b"}
-    assert "s.c" not in sup.tables and sup.groups == {"shared-2s": ["s.a"]}
+    sup.look()
+    assert not sup.state.away and set(sup.queries) == {"shared-2s", "s.b"} and sup.lent.held == {"s.a", "s.b"}
+    assert "s.c" not in sup.tables and sup.state.groups == {"shared-2s": ["s.a"]}
     sup.lent.release_all()

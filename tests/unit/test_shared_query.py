@@ -1,0 +1,156 @@
+"""Shared queries without Spark (jobs/shared.py): which tables share one, where it starts, and
+how its planner and workers apply each table."""
+from cdc.config.models import Settings, SparkSettings
+from cdc.jobs.supervisor import Supervisor
+
+
+def test_tables_share_a_query_by_trigger_interval_unless_they_size_their_own_batches():
+    from cdc.config.models import TableRegistration
+    from cdc.jobs.shared import groups
+
+    def reg(name, **options):
+        return TableRegistration(name=name, source={"name": "pg", "schema": "s", "table": name.split(".")[1]},
+                                 options=options)
+
+    tables = [reg("s.a"), reg("s.b"), reg("s.c", trigger_interval_s=10), reg("s.d", trigger_interval_s=10),
+              reg("s.e", trigger_interval_s=30), reg("s.f", max_offsets_per_trigger=5),
+              reg("s.g", min_offsets_per_trigger=5)]
+    assert groups(tables) == {"shared-2s": ["s.a", "s.b"], "shared-10s": ["s.c", "s.d"]}  # s.e alone: its own
+    # by default a job's tables share queries; `spark.shared_query: false` gives each its own
+    assert Supervisor(None, Settings(), tables, available_now=True).state.groups == groups(tables)
+    assert Supervisor(None, Settings(spark=SparkSettings(shared_query=False)), tables, available_now=True).state.groups == {}
+
+
+def test_a_shared_query_starts_from_each_tables_committed_offsets_and_applies_only_the_tables_read():
+    import json
+
+    from cdc.jobs.shared import due, starting_offsets
+
+    start = starting_offsets([("t.a", {0: 5}, (0, 1)), ("t.b", {}, (0,)), ("t.c", {0: 7, 1: 3}, (0, 1))])
+    assert json.loads(start) == {"t.a": {"0": 5, "1": -2}, "t.b": {"0": -2}, "t.c": {"0": 7, "1": 3}}
+    two = starting_offsets([("t.a", {0: 9, 1: 4}, (0, 1)), ("t.a", {0: 5, 1: 6}, (0, 1)), ("t.a", {0: 7}, (0, 1))])
+    assert json.loads(two) == {"t.a": {"0": 5, "1": -2}}  # two tables of one topic: the lower of each
+    topics = {"a": "t.a", "b": "t.b", "c": "t.c"}
+    assert due(topics, {"a": {0: 5, 1: 0}, "b": {0: 3}, "c": {0: 7}},
+               {"t.a": {0: 5, 1: 0}, "t.b": {0: 4}, "t.c": {0: 7}}) == ["b"]
+    assert due(topics, {"a": {0: 5}, "b": {0: 4}}, {"t.a": {0: 5, 1: 2}, "t.b": {0: 4}}) == ["a"]  # a new partition
+
+
+def test_a_table_s_first_plan_with_records_is_found_by_bisection_as_by_asking_every_plan(tmp_path):
+    """Plans' ends only grow (a partition may appear): the plans a table has records in are
+    the last ones, wherever it starts (before, inside or past the plans, a partition lacking)."""
+    import random
+
+    from cdc.jobs.shared import SharedBatch, due
+    from cdc.jobs.slots import BatchSlots
+
+    class Applier:
+        topic = "t.a"
+
+        def __call__(self, *args):
+            raise AssertionError("no plan is applied")
+
+    batch = SharedBatch({"a": Applier()}, None, tmp_path, BatchSlots(1), "{}", cap=100)
+    rng = random.Random(7)
+    try:
+        with batch.cond:  # the worker waits for the condition: it never sees these plans
+            end = {0: 0}
+            for batch_id in range(40):
+                end = {p: o + rng.choice((0, 0, 1, 5)) for p, o in end.items()}
+                if batch_id == 20:
+                    end[1] = 3
+                batch.plans.append((batch_id, {"t.a": dict(end), "t.other": {0: batch_id}}, 0.0))
+            for start in ({}, {0: 0}, {0: 30}, {0: 10_000}, {0: 10_000, 1: 2}, {0: 10_000, 1: 3}):
+                brute = next((i for i, (_, e, _) in enumerate(batch.plans) if due({"a": "t.a"}, {"a": start}, e)),
+                             len(batch.plans))
+                assert batch._first_due("a", "t.a", start) == brute
+            batch.plans.clear()
+    finally:
+        batch.close()
+
+
+def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_for_it_up_to_the_cap(tmp_path):
+    """The planner and its workers, without Spark: the checkpoint's offset log as Spark
+    writes it, appliers that record what they are given."""
+    import json
+
+    from cdc.jobs.slots import BatchSlots
+    from cdc.jobs.shared import SharedBatch
+
+    (tmp_path / "offsets").mkdir()
+    applied = []
+
+    class Applier:
+        def __init__(self, topic, fail=False):
+            self.topic, self.fail = topic, fail
+
+        def __call__(self, part, batch_id, waited_s, records):
+            if self.fail:
+                raise ValueError("bad record")
+            applied.append((part, batch_id, records))
+
+    appliers = {"busy": Applier("t.busy"), "quiet": Applier("t.quiet"), "idle": Applier("t.idle"),
+                "bad": Applier("t.bad", fail=True)}
+    start = json.dumps({"t.busy": {"0": 0}, "t.quiet": {"0": 10}, "t.idle": {"0": 4}, "t.bad": {"0": 0}})
+    batch = SharedBatch(appliers, lambda name, first, last: (name, first, last), tmp_path, BatchSlots(1), start,
+                        cap=100)
+    try:
+        with batch.cond:  # three batches planned before a worker looks
+            for batch_id, busy, quiet in ((0, 60, 11), (1, 90, 12), (2, 150, 12)):
+                ends = {"t.busy": {"0": busy}, "t.quiet": {"0": quiet}, "t.idle": {"0": 4}, "t.bad": {"0": 1}}
+                (tmp_path / "offsets" / str(batch_id)).write_text("v1\n{}\n" + json.dumps(ends))
+                batch(None, batch_id)
+        assert batch.drained(30)
+    finally:
+        batch.close()
+    # the busy table first (the most records), as far as 100 records allow, then the rest of
+    # it; the quiet table once, both its changes; the idle table never; the bad one set aside
+    # each with the records of its range (what sizes its pool and picks its path)
+    assert applied == [(("busy", {0: 0}, {0: 90}), 1, 90), (("busy", {0: 90}, {0: 150}), 2, 60),
+                       (("quiet", {0: 10}, {0: 12}), 2, 2)]
+    # what the lag gauge counts as applied: where each table's next read starts
+    assert [batch.applied(n) for n in ("busy", "quiet", "idle")] == [{0: 150}, {0: 12}, {0: 4}]
+    assert list(batch.take_failed()) == ["bad"] and batch.take_failed() == {}
+
+
+def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(tmp_path):
+    """The planner, without Spark: a table that failed and left joins again from the offsets
+    its target holds, which may be past the newest plan (its own query read further)."""
+    import json
+
+    from cdc.jobs.slots import BatchSlots
+    from cdc.jobs.shared import SharedBatch
+
+    (tmp_path / "offsets").mkdir()
+    applied = []
+
+    class Applier:
+        def __init__(self, topic):
+            self.topic = topic
+
+        def __call__(self, part, batch_id, waited_s, records):
+            applied.append((part, batch_id))
+
+    def plan(batch_id, ends):
+        (tmp_path / "offsets" / str(batch_id)).write_text("v1\n{}\n" + json.dumps(ends))
+        batch(None, batch_id)
+
+    # t.b is read from its end: its table is away, in a query of its own
+    start = json.dumps({"t.a": {"0": 0}, "t.b": {"0": 40, "1": 7}})
+    batch = SharedBatch({"a": Applier("t.a")}, lambda name, first, last: (name, first, last), tmp_path,
+                        BatchSlots(1), start, cap=100)
+    try:
+        assert batch.subscribed == {"t.a", "t.b"}
+        plan(0, {"t.a": {"0": 5}, "t.b": {"0": 50, "1": 7}})
+        assert batch.drained(30)
+        batch.join("b", Applier("t.b"), "b's session", {0: 45, 1: 9})  # partition 1: past the plans
+        assert batch.sessions == {"b": "b's session"}
+        assert batch.drained(30)
+        plan(1, {"t.a": {"0": 5}, "t.b": {"0": 60, "1": 12}})
+        assert batch.drained(30)
+    finally:
+        batch.close()
+    assert applied == [(("a", {0: 0}, {0: 5}), 0),
+                       (("b", {0: 45, 1: 9}, {0: 50, 1: 9}), 0),  # never an end below where it starts
+                       (("b", {0: 50, 1: 9}, {0: 60, 1: 12}), 1)]
+    assert batch.applied("b") == {0: 60, 1: 12}
