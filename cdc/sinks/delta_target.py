@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from cdc.control.commits import OFFSETS
 from cdc.planning.sql import q
 from cdc.sinks import delta
-from cdc.sinks.session import jvm_class
+from cdc.sinks.session import conf_for_block, jvm_class
 
 DELTA_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 DELTA_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -119,13 +119,8 @@ class DeltaTarget:
         conf = {DELTA_USER_METADATA: json.dumps(props, sort_keys=True)}
         if txn is not None:
             conf.update({DELTA_TXN_APP_ID: txn[0], DELTA_TXN_VERSION: str(txn[1])})
-        for k, v in conf.items():
-            self.spark.conf.set(k, v)
-        try:
+        with conf_for_block(self.spark, conf):  # never stamping another statement
             yield
-        finally:
-            for k in conf:  # session settings outlive the statement: never let them stamp another
-                self.spark.conf.unset(k)
 
     def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
         """A MERGE of no rows: with an idempotent-write marker Delta commits it, carrying `props`."""
@@ -197,11 +192,8 @@ class DeltaTarget:
     def compact_small_files(self, below_bytes: int) -> int:
         """OPTIMIZE of the data files smaller than `below_bytes` (two or more), dropping the
         rows their deletion vectors mark; returns how many it rewrote."""
-        self.spark.conf.set(MIN_FILE_SIZE, str(below_bytes))
-        try:
+        with conf_for_block(self.spark, {MIN_FILE_SIZE: str(below_bytes)}):
             done = DataFrame(self._table.optimize().executeCompaction(), self.spark).first()
-        finally:
-            self.spark.conf.unset(MIN_FILE_SIZE)
         self.refresh()
         return int(done["metrics"]["numFilesRemoved"] or 0)
 
@@ -228,15 +220,10 @@ class DeltaTarget:
         operator's choice); returns how many. The listing runs in as many tasks as the cores
         (Spark's default: 10,000)."""
         conf = {RETENTION_CHECK: "false", LISTING_PARALLELISM: str(self.spark.sparkContext.defaultParallelism * 2)}
-        for k, v in conf.items():
-            self.spark.conf.set(k, v)
-        try:
+        with conf_for_block(self.spark, conf):
             hours = int(retention_hours)
             removed = self.spark.sql(f"VACUUM {self.ref} RETAIN {hours} HOURS DRY RUN").count()
             self.spark.sql(f"VACUUM {self.ref} RETAIN {hours} HOURS").collect()
-        finally:
-            for k in conf:
-                self.spark.conf.unset(k)
         self.refresh()
         return removed
 

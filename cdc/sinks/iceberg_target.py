@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from cdc.control.commits import OFFSETS
 from cdc.planning.sql import q
 from cdc.sinks import direct, iceberg_spark
-from cdc.sinks.session import jvm_class
+from cdc.sinks.session import conf_for_block, jvm_class
 
 SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 ITERABLES = "org.apache.iceberg.relocated.com.google.common.collect.Iterables"
@@ -154,27 +154,15 @@ class IcebergTarget:
         if iceberg_spark.version(self.spark) < iceberg_spark.MERGES_DUPLICATE_DVS:
             yield
             return
-        given = self.spark.conf.get(iceberg_spark.DISTRIBUTION_MODE, None)  # the session's own, if any
-        self.spark.conf.set(iceberg_spark.DISTRIBUTION_MODE, "none")
-        try:
+        with conf_for_block(self.spark, {iceberg_spark.DISTRIBUTION_MODE: "none"}, restore=True):
             yield
-        finally:
-            if given is None:
-                self.spark.conf.unset(iceberg_spark.DISTRIBUTION_MODE)
-            else:
-                self.spark.conf.set(iceberg_spark.DISTRIBUTION_MODE, given)
 
     @contextmanager
     def stamped(self, props: dict[str, str], txn: tuple[str, int] | None):
         """The commits in this block carry `props` in their snapshot summary (which holds the
         batch id: `txn` is Delta's)."""
-        for k, v in props.items():
-            self.spark.conf.set(SNAPSHOT_PROPERTY + k, v)
-        try:
+        with conf_for_block(self.spark, {SNAPSHOT_PROPERTY + k: v for k, v in props.items()}):
             yield
-        finally:
-            for k in props:
-                self.spark.conf.unset(SNAPSHOT_PROPERTY + k)
 
     def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
         """A commit with no data change carrying `props` (a batch whose changes were no-ops)."""

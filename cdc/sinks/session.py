@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 
 from cdc.config.models import Settings
@@ -169,6 +170,23 @@ def jvm_class(spark, name: str):
 
 
 _classes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a JVM's classes by name, for `jvm_class`
+
+
+@contextmanager
+def conf_for_block(spark, conf: dict[str, str], restore: bool = False):
+    """The session's settings `conf` in this block only: unset after it (a setting outlives
+    the statement it was meant for), or with `restore` set back to what the session had."""
+    given = {k: spark.conf.get(k, None) for k in conf} if restore else {}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k in conf:
+            if given.get(k) is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, given[k])
 
 
 def make_active(spark) -> None:
