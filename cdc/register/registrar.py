@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import nullcontext
 
 from cdc.config.clients import (SECRET_PROPERTIES, jaas_quoted, kafka_access, kafka_keystore_password,
                                kafka_password)
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
-from cdc.control import commits
+from cdc.control import commits, jobstate
 from cdc.errors import CdcError, ConfigError, ConnectorError
 from cdc.log import log
 from cdc.planning.protect import check_connector_masks, check_mask_key, mask_key
@@ -55,13 +56,16 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
     would = [ensure_target(settings, catalog, reg, src, dry_run=True) for reg, src in described]  # checks only
     new = {reg.name for (reg, _), created in zip(described, would) if created}
     for (reg, src), created in zip(described, would):
-        if not dry_run:
-            created = ensure_target(settings, catalog, reg, src, dry_run=False)
-        done = ("would be created" if dry_run else "created") if created else "exists"
-        print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
-              + (f", {len(src.columns)} columns" if created else ""))
-        if created:
-            start_after_topic(settings, reg, dry_run)
+        # a target created anew (re-created after a failure) while a continuous job runs the
+        # table: the job hands it over, and takes it back at once when the target is there
+        with jobstate.exclusive(settings.state_dir, [reg.name]) if created and not dry_run else nullcontext():
+            if not dry_run:
+                created = ensure_target(settings, catalog, reg, src, dry_run=False)
+            done = ("would be created" if dry_run else "created") if created else "exists"
+            print(f"{reg.name}: {reg.sink} target {shown_name(settings, reg)} {done}, key {', '.join(src.key)}"
+                  + (f", {len(src.columns)} columns" if created else ""))
+            if created:
+                start_after_topic(settings, reg, dry_run)
         removed_at = None if created else removed_from_capture(settings, catalog, reg)
         if removed_at:
             log(f"target {shown_name(settings, reg)} was out of capture from {removed_at}: the table is "
