@@ -20,7 +20,7 @@ from cdc.control import commits
 from cdc.jobs.supervisor import run
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import register
-from cdc.register.topics import end_offsets, watermarks
+from cdc.control.kafka import end_offsets, watermarks
 from cdc.sinks.found import last_committed
 from cdc.sources import postgres
 

@@ -21,7 +21,7 @@ from bench.workload import Events, changes, fill, jvm_pid, registration
 from cdc.config.clients import kafka_access
 from cdc.jobs import metrics
 from cdc.jobs.supervisor import run
-from cdc.register.topics import end_offsets
+from cdc.control.kafka import end_offsets
 
 ROWS = 1_000
 EVENTS_PER_BATCH = 5  # produced each trigger interval: one batch of them (a delete in every other, on average)

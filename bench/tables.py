@@ -31,7 +31,7 @@ from bench.workload import WIDTHS, Events, changes, fill, jvm_pid, record_templa
 from cdc.config.clients import kafka_access
 from cdc.jobs import metrics
 from cdc.jobs.supervisor import run
-from cdc.register.topics import end_offsets
+from cdc.control.kafka import end_offsets
 
 TICK_S = 0.1
 ZIPF_S = 1.5  # table i (from 1) gets a share of the rate proportional to 1 / i**ZIPF_S

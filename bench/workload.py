@@ -19,7 +19,8 @@ from cdc.config.models import TableRegistration
 from cdc.planning.merge import DELETES_SUFFIX, table_ref
 from cdc.register.connector import ConnectClient, connector_name, topic_for
 from cdc.register.registrar import register
-from cdc.register.topics import ensure_topics, watermarks
+from cdc.control.kafka import watermarks
+from cdc.register.topics import ensure_topics
 from cdc.sinks.iceberg import ensure_table
 from cdc.sinks.targets import table_columns
 from cdc.sources import postgres

@@ -343,7 +343,7 @@ def _cleanup(env: Env) -> None:
 
 
 def end_offset(env: Env, topic: str, partition: int = 0) -> int:
-    from cdc.register.topics import watermarks
+    from cdc.control.kafka import watermarks
 
     return watermarks(env.settings.kafka_bootstrap, topic)[partition][1]
 

@@ -34,7 +34,8 @@ from bench.workload import Events, bench_settings, produce, record_template, reg
 from cdc.config import load_settings
 from cdc.config.clients import kafka_access
 from cdc.register.connector import topic_for
-from cdc.register.topics import ensure_topics, watermarks
+from cdc.control.kafka import watermarks
+from cdc.register.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "latest.json"

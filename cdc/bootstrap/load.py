@@ -34,7 +34,7 @@ from cdc.planning.bootstrap import (CHUNK, DONE, INTEGER_KINDS, PROPERTY, RUNNIN
                                 chunk_count, plan_chunks)
 from cdc.planning.protect import mask_columns, target_mask_key
 from cdc.register.connector import ConnectClient, connector_name, topic_for
-from cdc.register.topics import topic_id, watermarks
+from cdc.control.kafka import topic_id, watermarks
 from cdc.sinks.formats import add_missing_columns, shown_name
 from cdc.sinks.session import get_session
 from cdc.sinks.targets import check_owner, check_protection, table_columns

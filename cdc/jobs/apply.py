@@ -28,7 +28,7 @@ from cdc.planning import dead_letters
 from cdc.planning import unchanged
 from cdc.planning.dedupe import last_per_key_of
 from cdc.planning.history import history_changes, stored_versions
-from cdc.planning.merge import (MOVED, append_sql, deletes_table_sql, forget_deletes_sql,
+from cdc.planning.merge import (MOVED, append_sql, forget_deletes_sql,
                                 history_merge_sql, key_bucket, merge_sql, remember_deletes_sql,
                                 remembered_deletes_sql, truncate_sql)
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
@@ -36,7 +36,7 @@ from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sinks.direct import COLUMNS as DECODED_COLUMNS, UNSEEN, decoding as direct_decoding, write_batch
 from cdc.sinks.direct import write as write_directly
-from cdc.sinks.formats import add_missing_columns, open_table, side_table_clause
+from cdc.sinks.formats import add_missing_columns, open_table, ready_tables
 from cdc.sinks.targets import PROP_COLUMNS
 from cdc.sources.types import Column, case_twins, debezium_column, reserved_names, toastable
 
@@ -203,31 +203,24 @@ class TableApplier:
     partitions: int | None = field(default=None, repr=False)  # the most the target's spec holds (read once)
     remembered_since: int = field(default=0, repr=False)  # the delete memory's inserts since the last rewrite
 
-    def prepare(self, spark) -> "TableApplier":
-        """Raise an Iceberg target to the configured format, read the record schemas judged for
-        it (from its last commit), create the table's delete memory and dead-letter table if missing."""
-        by_name = {c.name: c for c in self.columns}
-        clause = side_table_clause(self.target_ref)
-        target = open_table(spark, self.target_ref)
-        if self.registry is None:
-            kept = (target.last_committed_summary() or {}).get(commits.RECORD_SCHEMAS) or "{}"
-            self.schemas = {int(k): v for k, v in json.loads(kept).items()}
-        if target.raise_format_version(self.format_version):
-            log(f"target raised to Iceberg format version {self.format_version}", table=self.name,
-                event="format-raised", format_version=self.format_version)
-        spark.sql(deletes_table_sql(self.deletes_ref, [(k, by_name[k].spark_type) for k in self.key], clause))
-        if not open_table(spark, self.deletes_ref).has_column(MOVED):  # a memory made by an older release
-            spark.sql(f"ALTER TABLE {self.deletes_ref} ADD COLUMN {MOVED} STRING")
+    def prepare(self, spark, summary: dict | None = None, ready: bool = False) -> "TableApplier":
+        """Read the record schemas judged for the target from its last commit (`summary`, read
+        here unless given); unless the job made them `ready` (targets.open_target), raise an
+        Iceberg target to the configured format and create its delete memory and dead-letter
+        table if missing."""
         if self.masked and not self.mask_key:
             raise ValueError(f"table {self.name}: masked columns need a masking key")
-        if self.on_error == "dlq":
-            if not self.dead_letters_ref:
-                raise ValueError(f"table {self.name}: on_error dlq needs a dead-letter table")
-            spark.sql(dead_letters.table_sql(self.dead_letters_ref, clause))
-        if target.limit_metadata_files():
-            # A target made by an older release: its tables' metadata files were all kept too.
-            for ref in self._side_tables().values():
-                open_table(spark, ref).limit_metadata_files()
+        if self.on_error == "dlq" and not self.dead_letters_ref:
+            raise ValueError(f"table {self.name}: on_error dlq needs a dead-letter table")
+        if not ready:
+            target = open_table(spark, self.target_ref)
+            summary = target.last_committed_summary()
+            by_name = {c.name: c for c in self.columns}
+            ready_tables(spark, self.name, target, self.deletes_ref, self._side_tables().get("dead letters"),
+                         [(k, by_name[k].spark_type) for k in self.key], self.format_version)
+        if self.registry is None:
+            kept = (summary or {}).get(commits.RECORD_SCHEMAS) or "{}"
+            self.schemas = {int(k): v for k, v in json.loads(kept).items()}
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0, records: int | None = None) -> None:

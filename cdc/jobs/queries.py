@@ -4,18 +4,14 @@ session of their own, and a shared query applies each table in its own, so snaps
 properties never cross tables."""
 from __future__ import annotations
 
-import json
-import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
-from cdc.control.checkpoint import checkpoint_is_stale, committed_end_offsets
-from cdc.control.replay import window as replay_window
+from cdc.control.kafka import end_offsets, tail_record_bytes
 from cdc.decoding.avro import SchemaRegistry
 from cdc.jobs import shared
 from cdc.jobs.apply import TableApplier
@@ -24,8 +20,6 @@ from cdc.jobs.reading import batch_cap, kafka_options, kafka_range
 from cdc.jobs.slots import BatchGate, BatchSlots, batch_slots
 from cdc.jobs.targets import Target, open_target
 from cdc.log import log
-from cdc.register.topics import end_offsets, tail_record_bytes
-from cdc.sinks.formats import target_refs
 from cdc.sinks.session import make_active
 
 START_THREADS = 4  # tables whose queries start at once: a start waits mostly on the catalog, Kafka and the JVM
@@ -42,6 +36,11 @@ class Queries:
         self.registries: dict[str, SchemaRegistry] = {}
         self._slots: BatchSlots | None = None
         self._lock = threading.Lock()  # queries start on several threads at once
+
+    @cached_property
+    def heap_bytes(self) -> int:
+        """The memory a batch's tasks run in (backlog.heap_bytes), read once."""
+        return heap_bytes(self.spark)
 
     @property
     def slots(self) -> BatchSlots:
@@ -63,13 +62,13 @@ class Queries:
 
     def applier(self, spark, reg: TableRegistration, target: Target, checkpoint: Path,
                 skip_committed: bool = True, applier_type: type[TableApplier] = TableApplier) -> TableApplier:
-        """The table's applier, prepared in `spark` (the table's own session)."""
+        """The table's applier, prepared in `spark` (the table's own session) for the target
+        open_target made ready."""
         settings = self.settings
-        _, deletes, dead_letters = target_refs(settings, reg)
         return applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
                             job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
                             topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
-                            dead_letters_ref=dead_letters, deletes_ref=deletes,
+                            dead_letters_ref=target.dead_letters_ref, deletes_ref=target.deletes_ref,
                             delete_horizon_hours=reg.options.delete_horizon_hours,
                             compact_every_files=reg.options.compact_every_files,
                             max_snapshots=reg.options.max_snapshots,
@@ -80,7 +79,7 @@ class Queries:
                             registry=self.registry_of(reg),
                             mode=reg.mode, excluded=reg.exclude,
                             masked=reg.mask, mask_key=target.mask_key,
-                            format_version=settings.catalog.format_version).prepare(spark)
+                            format_version=settings.catalog.format_version).prepare(spark, target.summary, ready=True)
 
     def start_table(self, reg: TableRegistration, available_now: bool, tables: int = 1):
         """The table's regular query: from its checkpoint, or from the table's committed
@@ -88,20 +87,9 @@ class Queries:
         may start on any thread (`Supervisor.start_all`): the job's session becomes the
         thread's active one."""
         spark, settings = self.spark, self.settings
-        make_active(spark)
-        target = open_target(spark, settings, reg)
         checkpoint = settings.path(settings.spark.checkpoint_dir) / reg.name
-        if checkpoint_is_stale(reg.name, target.topic, target.committed, committed_end_offsets(checkpoint)):
-            aside = checkpoint.with_name(f"{checkpoint.name}.stale-{int(time.time())}")
-            checkpoint.rename(aside)
-            log(f"checkpoint {checkpoint} belongs to another topic; moved to {aside}, resuming from the table's "
-                f"committed offsets", table=reg.name, event="checkpoint-moved", level="warning", stream=sys.stdout)
-        if target.committed:  # partitions the table has not seen yet start at their earliest offset
-            offsets = json.dumps({str(p): o for p, o in target.committed.items()})
-            start = replay_window(target.topic, list(target.partitions), offsets=offsets)
-        else:
-            start = {"startingOffsets": reg.options.starting_offsets}
-        return self.stream(spark, reg, target, checkpoint, start, available_now, tables=tables)
+        target = open_target(spark, settings, reg, checkpoint)
+        return self.stream(spark, reg, target, checkpoint, target.start, available_now, tables=tables)
 
     def stream(self, spark, reg: TableRegistration, target: Target, checkpoint: Path, start: dict[str, str],
                available_now: bool, skip_committed: bool = True,
@@ -110,10 +98,11 @@ class Queries:
         `applier_type` (the benchmark swaps the apply step for an append); `tables` run in the
         application, and the batches under way at once (at most its slots) share its memory."""
         settings = self.settings
+        cap = None if reg.options.max_offsets_per_trigger else \
+            batch_cap(reg, self.heap_bytes, target.record_bytes, min(tables, self.slots.n))
         reader = (spark.readStream.format("kafka").options(**kafka_options(spark, settings))
                   .option("subscribe", target.topic)
-                  .options(**batch_sizing(reg.options, available_now,
-                                          batch_cap(spark, settings, reg, target.topic, min(tables, self.slots.n))))
+                  .options(**batch_sizing(reg.options, available_now, cap))
                   .options(**start))
         applier = self.applier(spark, reg, target, checkpoint, skip_committed, applier_type)
         gate = self.gates[reg.name] = BatchGate(applier, self.slots, applier.planned_records)
@@ -123,8 +112,7 @@ class Queries:
         """A shared query's table: its registration, its own session (its batches are applied
         in it) and its opened Target."""
         session = self.spark.newSession()
-        make_active(session)
-        return reg, session, open_target(session, self.settings, reg)
+        return reg, session, open_target(session, self.settings, reg, sample=False)  # start_shared sizes its batches
 
     def start_shared(self, name: str, members: dict[str, tuple], checkpoint: Path, available_now: bool,
                      tables: int, away: tuple[str, ...] = ()):
@@ -140,7 +128,7 @@ class Queries:
         with ThreadPoolExecutor(START_THREADS, thread_name_prefix="cdc-start") as pool:  # 0.2 s each, on Kafka
             sized = max((size or 0 for size in pool.map(partial(tail_record_bytes, kafka_access(settings)),
                                                          topics)), default=0)
-        cap = auto_batch_cap(heap_bytes(spark), sized or None, min(tables - len(members) + 1, self.slots.n))
+        cap = auto_batch_cap(self.heap_bytes, sized or None, min(tables - len(members) + 1, self.slots.n))
         log(f"one query reads the topics of {len(members)} tables, in batches of at most {cap:,} records",
             table=name, event="shared-query", tables=sorted(members), records=cap)
         latest = [t.topic for reg, _, t in members.values()

@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import json
 
-from cdc.config.clients import java_kafka_properties, kafka_access
+from cdc.config.clients import java_kafka_properties
 from cdc.config.models import Settings, TableRegistration
 from cdc.jobs import shared
-from cdc.jobs.backlog import auto_batch_cap, heap_bytes
+from cdc.jobs.backlog import auto_batch_cap
 from cdc.log import log
-from cdc.register.topics import tail_record_bytes
 
 FETCH_WAIT_MS = 20  # the longest a task's fetch of its records waits at the broker for more
 FETCH_PARTITION_BYTES = 1 << 20  # the most a fetch takes of one partition (Kafka's default)
 
 
-def batch_cap(spark, settings: Settings, reg: TableRegistration, topic: str, batches: int) -> int | None:
-    """The most records a batch of the table takes: its `max_offsets_per_trigger`, else
-    sized from the memory and the size of the topic's newest records (backlog.py),
-    `batches` under way at once sharing the memory."""
-    if reg.options.max_offsets_per_trigger:
-        return None
-    record_bytes = tail_record_bytes(kafka_access(settings), topic)
-    cap = auto_batch_cap(heap_bytes(spark), record_bytes, batches)
+def batch_cap(reg: TableRegistration, heap_bytes: int, record_bytes: float | None, batches: int) -> int:
+    """The most records a batch of the table takes when its registration sets no
+    `max_offsets_per_trigger`: sized from the memory and the size of the topic's newest
+    records (backlog.py), `batches` under way at once sharing the memory."""
+    cap = auto_batch_cap(heap_bytes, record_bytes, batches)
     log(f"batches of at most {cap:,} records"
         + (f" (about {record_bytes:,.0f} bytes a record)" if record_bytes else " (no record to size yet)"),
         table=reg.name, event="batch-cap", records=cap, record_bytes=round(record_bytes or 0))
     return cap
-
 
 
 def kafka_options(spark, settings: Settings) -> dict[str, str]:

@@ -15,7 +15,7 @@ from cdc.jobs.queries import Queries
 from cdc.jobs.targets import open_target
 from cdc.log import log
 from cdc.register.connector import topic_for
-from cdc.register.topics import offsets_at, watermarks
+from cdc.control.kafka import offsets_at, watermarks
 from cdc.sinks.session import get_session
 
 

@@ -13,7 +13,7 @@ from cdc.jobs.backlog import CatchUp
 from cdc.log import log
 from cdc.register.capture import source_capture
 from cdc.register.connector import topic_for
-from cdc.register.topics import end_offsets, existing_topics
+from cdc.control.kafka import end_offsets, existing_topics
 
 LAG_EVERY_S = 5.0  # how often a running table's lag gauge is read from Kafka
 

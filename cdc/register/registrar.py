@@ -21,7 +21,8 @@ from cdc.register.capture import format_text, retrying_cause, source_capture, ta
 from cdc.register.connector import (DOWN, MASK_CLASS, ConnectClient, connector_config, connector_name,
                                     keeping_others, secret_file_ref, topic_for, write_secret)
 from cdc.register.lineage import send_registered
-from cdc.register.topics import ensure_topics, existing_topics, layout_warnings, topic_id, topic_layout, watermarks
+from cdc.control.kafka import existing_topics, topic_id, watermarks
+from cdc.register.topics import ensure_topics, layout_warnings, topic_layout
 from cdc.sinks import delta, iceberg
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import open_table, shown_name, target_refs

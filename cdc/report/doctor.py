@@ -75,7 +75,7 @@ def service_checks(settings: Settings, sources: list[str]) -> list[Check]:
 
 
 def kafka_check(settings: Settings) -> Check:
-    from cdc.register.topics import existing_topics
+    from cdc.control.kafka import existing_topics
 
     try:
         topics = existing_topics(kafka_access(settings), timeout_s=10)

@@ -17,7 +17,7 @@ from cdc.planning.bootstrap import PROPERTY, Bootstrap
 from cdc.register.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, slot_warning, source_capture
 from cdc.register.capture import format_text as capture_lines
 from cdc.register.connector import ConnectClient
-from cdc.register.topics import record_times, watermarks
+from cdc.control.kafka import record_times, watermarks
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import shown_name
 from cdc.sinks.found import found_target

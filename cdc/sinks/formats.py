@@ -5,8 +5,10 @@ not import each other."""
 from __future__ import annotations
 
 from cdc.config.models import Settings, TableRegistration
+from cdc.log import log
+from cdc.planning import dead_letters
 from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS_SUFFIX
-from cdc.planning.merge import DELETES_SUFFIX, table_ref
+from cdc.planning.merge import DELETES_SUFFIX, MOVED, deletes_table_sql, table_ref
 from cdc.planning.sql import q
 from cdc.sinks import delta, iceberg_spark
 from cdc.sinks.delta_target import DELTA_PREFIX, DeltaTarget
@@ -62,6 +64,25 @@ def shown_name(settings: Settings, reg: TableRegistration) -> str:
 def side_table_clause(ref: str) -> str:
     """How the delete memory and dead-letter table of the target `ref` are created."""
     return TABLE_CLAUSES[format_of(ref)]
+
+
+def ready_tables(spark, name: str, target: SinkTable, deletes_ref: str, dead_letters_ref: str | None,
+                 key_types: list[tuple[str, str]], format_version: int) -> None:
+    """Table `name`'s tables made ready for its job: the target raised to `format_version`,
+    its delete memory (keyed by `key_types`, name and Spark type) and dead-letter table (None:
+    none) created if missing, and their metadata files bounded as the target's are."""
+    clause = side_table_clause(target.ref)
+    if target.raise_format_version(format_version):
+        log(f"target raised to Iceberg format version {format_version}", table=name, event="format-raised",
+            format_version=format_version)
+    spark.sql(deletes_table_sql(deletes_ref, key_types, clause))
+    if not open_table(spark, deletes_ref).has_column(MOVED):  # a memory made by an older release
+        spark.sql(f"ALTER TABLE {deletes_ref} ADD COLUMN {MOVED} STRING")
+    if dead_letters_ref:
+        spark.sql(dead_letters.table_sql(dead_letters_ref, clause))
+    if target.limit_metadata_files():  # a target made by an older release: its side tables' were all kept too
+        for ref in filter(None, (deletes_ref, dead_letters_ref)):
+            open_table(spark, ref).limit_metadata_files()
 
 
 def format_of(ref: str) -> str:

@@ -215,7 +215,7 @@ def test_tables_add_introspects_a_composite_key_and_refuses_a_keyless_table(env,
 
 
 def test_register_dry_run_prints_the_changes_and_makes_none(env, capsys):
-    from cdc.register.topics import existing_topics
+    from cdc.control.kafka import existing_topics
 
     s = env.schema
     env.sql(f'CREATE TABLE "{s}".pairs (region text, code int, label text, PRIMARY KEY (region, code))')
@@ -290,7 +290,7 @@ def test_a_backlog_is_taken_in_batches_sized_from_the_memory_and_the_record_size
     out at the floor, lowered here to 100 records."""
     from cdc.config.clients import kafka_access
     from cdc.jobs import backlog
-    from cdc.register.topics import tail_record_bytes
+    from cdc.control.kafka import tail_record_bytes
 
     s = env.schema
     env.sql(f'CREATE TABLE "{s}".backlog (id int PRIMARY KEY, label text)')

@@ -195,7 +195,9 @@ def test_recreated_topic_is_detected_not_consumed(fenv, capsys):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    from cdc.register.topics import ensure_topics, existing_topics
+    from cdc.control.kafka import existing_topics
+
+    from cdc.register.topics import ensure_topics
 
     s = fenv.schema
     before = offsets_history(fenv, "recreated")

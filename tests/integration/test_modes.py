@@ -197,7 +197,7 @@ def topic_messages(bootstrap: str, topic: str):
     """Every record the topic holds now, read from its first offset to its end."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from cdc.register.topics import watermarks
+    from cdc.control.kafka import watermarks
 
     ends = watermarks(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-messages", "enable.auto.commit": False})

@@ -100,7 +100,7 @@ def test_a_target_has_one_owner(it_env, capsys):
 
 def test_a_refused_registration_changes_nothing(it_env, capsys):
     from cdc.register.connector import ConnectClient, connector_name
-    from cdc.register.topics import existing_topics
+    from cdc.control.kafka import existing_topics
 
     env, s = it_env, it_env.schema
     tables = env.settings.path(env.settings.tables_dir)

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from cdc.register.connector import ConnectClient, connector_name
-from cdc.register.topics import existing_topics
+from cdc.control.kafka import existing_topics
 from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
 from tests.conftest import _cleanup, postgres_env
 

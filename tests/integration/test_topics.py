@@ -1,4 +1,4 @@
-"""Kafka reads of topics.py against the real broker."""
+"""Kafka reads (control/kafka.py) and topic creation (register/topics.py) against the real broker."""
 from __future__ import annotations
 
 import secrets
@@ -6,7 +6,8 @@ import secrets
 from confluent_kafka import Producer
 
 from cdc.config.models import KafkaSettings, TopicSettings
-from cdc.register.topics import end_offsets, ensure_topics, existing_topics, offsets_at, record_times, topic_layout
+from cdc.control.kafka import end_offsets, existing_topics, offsets_at, record_times
+from cdc.register.topics import ensure_topics, topic_layout
 
 
 def test_offsets_at_a_time_find_the_first_record_at_or_after_it(stack, settings):
@@ -57,7 +58,7 @@ def test_a_table_topic_of_three_partitions_replicates_exactly(it_env, capsys):
     """A topic made with more partitions than cdc.yaml says (by an administrator, or before a
     change of `kafka.topics`): `register` keeps it and says so, and the table's changes,
     spread over its partitions by key, apply exactly."""
-    from cdc.register.topics import watermarks
+    from cdc.control.kafka import watermarks
 
     env, s = it_env, it_env.schema
     env.sql(f'CREATE TABLE "{s}".spread (id int PRIMARY KEY, v text, n int)')
