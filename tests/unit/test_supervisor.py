@@ -294,9 +294,11 @@ class Streams:
         pass
 
 
-def supervisor(tmp_path, outcomes: dict, groups=None, available_now=True, starter=Starter, **options):
+def supervisor(tmp_path, outcomes: dict, groups=None, available_now=True, starter=Starter, lags=None, lent=None,
+               **options):
     """A supervisor of the tables in `outcomes` (name -> what starting its query does), each in
-    a query of its own unless `groups` shares them; its Starter is `sup.starter`."""
+    a query of its own unless `groups` shares them; `lags`: each table's lag (records left,
+    applied), else unknown; `lent`: a continuous job's locks. Its Starter is `sup.starter`."""
     from types import SimpleNamespace
 
     from cdc.config.models import StackSettings, TableRegistration
@@ -309,8 +311,8 @@ def supervisor(tmp_path, outcomes: dict, groups=None, available_now=True, starte
               for n in outcomes]
     clock = Clock()
     sup = Supervisor(SimpleNamespace(streams=Streams()), settings, tables, available_now=available_now,
-                     clock=lambda: clock.now, starter=starter(outcomes, tmp_path, **options),
-                     lag=lambda settings, reg, **kw: None)
+                     clock=lambda: clock.now, starter=starter(outcomes, tmp_path, **options), lent=lent,
+                     lag=lambda settings, reg, **kw: None if lags is None else lags[reg.name])
     if groups:
         sup.state.groups.update(groups)
         sup.state.home.update({t: name for name, members in groups.items() for t in members})
@@ -467,8 +469,7 @@ def test_a_table_joins_its_running_shared_query_again_and_its_own_checkpoint_goe
     sup, clock = supervisor(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(active=True)},
                             groups={"shared-2s": ["s.a", "s.b"]}, available_now=False,
                             shared=lambda members, away: (FakeQuery(active=True), Batch({}, tmp_path)),
-                            opens=lambda reg: SimpleNamespace(committed={0: 3}))
-    sup.lag = lambda settings, reg, **kw: lags[reg.name]
+                            opens=lambda reg: SimpleNamespace(committed={0: 3}), lags=lags)
     sup.state.retry_for_s = 60
     sup.spark.streams.quiet = True
     sup.start_all()
@@ -498,13 +499,13 @@ def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back(t
     import json
     import os
 
+    lent = jobstate.Lent(tmp_path)
+    for t in ("s.a", "s.b", "s.c"):
+        lent.take(t)
     sup, _ = supervisor(tmp_path, {"s.a": FakeQuery(), "s.b": FakeQuery(active=True), "s.c": FakeQuery()},
-                        groups={"shared-2s": ["s.a", "s.b", "s.c"]}, available_now=False,
+                        groups={"shared-2s": ["s.a", "s.b", "s.c"]}, available_now=False, lent=lent,
                         shared=lambda members, away: (FakeQuery(active=True), FakeBatch({}, tmp_path)))
     sup.spark.streams.quiet = True
-    sup.lent = jobstate.Lent(tmp_path)
-    for t in ("s.a", "s.b", "s.c"):
-        sup.lent.take(t)
     started = sup.starter.members
     (tmp_path / "tables").mkdir()  # s.c's registration is removed while it is lent
     (tmp_path / "tables" / "s.b.yaml").write_text("name: s.b\nsource: {name: pg, schema: s, table: b}\n")
