@@ -58,7 +58,7 @@ class Supervisor:
         self.stopping = False  # a stop signal came (run_until_stopped): no new starts
         self.queries: dict = {}  # a running query's name -> its StreamingQuery
         self.batches: dict[str, shared.SharedBatch] = {}  # a running shared query's foreachBatch function
-        self.done: dict[str, shared.SharedBatch] = {}  # shared queries at Kafka's end, their tables still applying
+        self.done: dict = {}  # shared queries at Kafka's end (name -> query), their tables still applying
         self.catchups = {t.name: CatchUp(t.name, clock) for t in tables}
         self.shown_at = clock()
 
