@@ -79,11 +79,7 @@ def open_target(spark, settings: Settings, reg: TableRegistration, checkpoint: P
     check_owner(reg, properties, named, shown_name(settings, reg))
     check_protection(reg, properties)
     summary = table.last_committed_summary()
-    if summary is None and table.written():
-        raise ApplyError(f"target {shown_name(settings, reg)} of table {reg.name} has commits but none in its "
-                         f"history records cdc offsets (expired, or written by another tool), so the job cannot "
-                         f"tell where to resume",
-                         hint=f"re-apply the topic: `cdc replay --table {reg.name} --from-earliest`")
+    unresumable = summary is None and table.written()  # told after a bootstrap under way, its cause
     by_name = {c.name: c for c in columns}
     ready_tables(spark, reg.name, table, deletes_ref, dead_letters_ref if reg.options.on_error == "dlq" else None,
                  [(k, by_name[k].spark_type) for k in key], settings.catalog.format_version)
@@ -104,6 +100,11 @@ def open_target(spark, settings: Settings, reg: TableRegistration, checkpoint: P
         raise ApplyError(f"table {reg.name} is registered with `snapshot: jdbc` and its rows have not been read yet",
                          hint=f"run `cdc bootstrap --table {reg.name}` (it fills the target, then the job streams on)",
                          table=reg.name)
+    if unresumable:
+        raise ApplyError(f"target {shown_name(settings, reg)} of table {reg.name} has commits but none in its "
+                         f"history records cdc offsets (expired, or written by another tool), so the job cannot "
+                         f"tell where to resume",
+                         hint=f"re-apply the topic: `cdc replay --table {reg.name} --from-earliest`")
     return Target(ref, table, columns, key, topic, committed, current_id, boot.held_sql() if boot else None,
                   target_mask_key(settings, reg, properties), tuple(sorted(marks)), summary, start, record_bytes,
                   deletes_ref, dead_letters_ref)
