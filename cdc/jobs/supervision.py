@@ -196,9 +196,6 @@ class Supervision:
         """The tables of query `name`: a shared query's, or the table's own."""
         return list(self.groups.get(name, [name]))
 
-    def running_tables(self) -> list[str]:
-        return sorted(t for name in self.running for t in self.tables_of(name))
-
     def busy(self) -> bool:
         """Whether a query runs or is to start again (a job that stops at Kafka's end waits)."""
         return bool(self.running or self.retry_at)
