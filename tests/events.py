@@ -39,7 +39,9 @@ class Topic:
         self.change("c", new, commit_lsn, lsn, ts_ms, headers=[("__debezium.oldkey", json.dumps(old_key).encode())])
 
     def change(self, op: str, row: dict, commit_lsn: int | None, lsn: int, ts_ms: int = 1_700_000_000_000,
-               offset: int | None = None, headers: list | None = None) -> tuple:
+               offset: int | None = None, headers: list | None = None,
+               transaction: tuple[str, int] | None = None) -> tuple:
+        """A change; `transaction`: its id and the table's order of the change in it."""
         key = {k: row[k] for k in self.key_columns}
         value = {
             "before": row if op == "d" else None,
@@ -48,6 +50,9 @@ class Topic:
                        "sequence": json.dumps([None if commit_lsn is None else str(commit_lsn), str(lsn)])},
             "op": op, "ts_ms": ts_ms,
         }
+        if transaction:
+            value["transaction"] = {"id": transaction[0], "total_order": transaction[1],
+                                    "data_collection_order": transaction[1]}
         return self._add(key, value, offset, headers)
 
     def tombstone(self, key: dict, offset: int | None = None) -> tuple:

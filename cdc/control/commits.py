@@ -10,6 +10,7 @@ BATCH_ID = "cdc.batch-id"
 JOB = "cdc.job"
 POSITION = "cdc.position"  # highest source position applied so far
 SOURCE_TS = "cdc.source-ts-ms"  # source commit time of that position
+TRANSACTION = "cdc.transaction"  # {"id": <source transaction>, "order": <its change at that position, of the table's>}
 TOPIC_ID = "cdc.topic-id"  # Kafka's id of the topic the offsets belong to
 RECORD_SCHEMAS = "cdc.record-schemas"  # the JSON record schemas judged for the table (jobs/apply.py)
 
@@ -18,6 +19,14 @@ def parse_offsets(summary: dict | None) -> dict[str, dict[int, int]]:
     if not summary or OFFSETS not in summary:
         return {}
     return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(summary[OFFSETS]).items()}
+
+
+def parse_transaction(summary: dict | None) -> tuple[str, int] | None:
+    """The source transaction of a summary's position, and the table's order of that change."""
+    if not summary or TRANSACTION not in summary:
+        return None
+    t = json.loads(summary[TRANSACTION])
+    return t["id"], int(t["order"])
 
 
 @dataclass(frozen=True)
@@ -39,12 +48,16 @@ def merged_offsets(committed: dict[int, int], batch: list[PartitionRange]) -> di
 
 def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: str,
                        position: str | None, source_ts_ms: int | None,
-                       previous: dict | None = None, topic_id: str | None = None) -> dict[str, str]:
-    """The cdc keys of a batch's snapshot summary. Position and source time carry over
-    from `previous` (the last committed summary) and never go backwards."""
+                       previous: dict | None = None, topic_id: str | None = None,
+                       transaction: tuple[str, int] | None = None) -> dict[str, str]:
+    """The cdc keys of a batch's snapshot summary. Position, source time and `transaction`
+    (Debezium's id and the table's order of the change at that position: the transaction
+    topic's count for the table says whether the table holds all of it) carry over from
+    `previous` (the last committed summary) and never go backwards."""
     previous = previous or {}
     if previous.get(POSITION) and (not position or previous[POSITION] > position):
         position, source_ts_ms = previous[POSITION], int(previous[SOURCE_TS]) if SOURCE_TS in previous else None
+        transaction = parse_transaction(previous)
     props = {
         OFFSETS: json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}}),
         BATCH_ID: str(batch_id),
@@ -54,6 +67,8 @@ def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: 
         props[POSITION] = position
     if source_ts_ms is not None:
         props[SOURCE_TS] = str(source_ts_ms)
+    if transaction:
+        props[TRANSACTION] = json.dumps({"id": transaction[0], "order": transaction[1]})
     if topic_id:
         props[TOPIC_ID] = topic_id
     return props

@@ -2,7 +2,9 @@
 
 Input: the Kafka source's columns (key, value, topic, partition, offset). Output: one row
 per record with the key columns, the data columns in target types, and
-`_op` (c/u/d/r/t, or `tombstone` for a null value), `_position`, `_txid`, `_source_ts`,
+`_op` (c/u/d/r/t, or `tombstone` for a null value), `_position`, `_txid`, `_txn_id` and
+`_txn_order` (Debezium's transaction metadata: the transaction, the table's order of the
+change in it; null without), `_source_ts`,
 `_partition`, `_offset`, and `_error` with `_error_class` (null, or why the record is bad).
 A key change is a delete of the old key (`_key_moved`) and a create of the new one whose
 `_from_<i>` columns give the old key (Debezium's `__debezium.newkey`/`oldkey` headers).
@@ -123,7 +125,8 @@ def payload_schema(columns: tuple[Column, ...], text: tuple[str, ...] = ()) -> s
     row = f"STRUCT<{_struct_ddl(columns, text)}>"
     return (f"STRUCT<before: {row}, after: {row}, "
             f"source: STRUCT<lsn: BIGINT, sequence: STRING, ts_ms: BIGINT, txId: BIGINT, "
-            f"file: STRING, pos: BIGINT, row: INT>, op: STRING>")
+            f"file: STRING, pos: BIGINT, row: INT>, op: STRING, "
+            f"transaction: STRUCT<id: STRING, data_collection_order: BIGINT>>")
 
 
 def payload(schema: str, known: dict[int, str] | None = None, max_value_bytes: int = MAX_VALUE_BYTES) -> SparkColumn:
@@ -281,13 +284,15 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     fields = [
         *data, *flags, *[c.alias(name) for c, name in moved],
         F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
+        F.col("_v.transaction.id").alias("_txn_id"), F.col("_v.transaction.data_collection_order").alias("_txn_order"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
         error.alias("_error"), error_class.alias("_error_class"), *[F.col("_schema") for _ in kept],
         *([F.col(MASKED_UPSTREAM)] if headers else []),
     ]
     names = [*(c.name for c in columns), *(f"_unavailable_{i}" for i in toast.values()), *(n for _, n in moved),
-             "_op", "_position", "_txid", "_source_ts", "_partition", "_offset", "_error", "_error_class",
+             "_op", "_position", "_txid", "_txn_id", "_txn_order", "_source_ts", "_partition", "_offset",
+             "_error", "_error_class",
              *(["_schema"] if kept else []), *([MASKED_UPSTREAM] if headers else [])]
     # Wire values into target types (dates, timestamps, bytes); a changed row with a value
     # that has no exact target value (a decimal NaN, overflow or extra digits) is bad.

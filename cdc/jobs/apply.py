@@ -108,7 +108,13 @@ def partition_stats(row) -> PartitionStats:
         d["_partition"], d["first"], d["last"], d["records"], d["position"], d["source_ts_ms"], d["errors"] or 0,
         d["deletes"] or 0, tuple((t["position"], t["ms"]) for t in d["truncates"] or ()),
         frozenset(d.get("schemas") or ()), frozenset(d.get("buckets") or ()),
-        *(d.get(k) or 0 for k in ("placeholders", "moved_creates", "moved_deletes", "moved_adds", "moved_places")))
+        *(d.get(k) or 0 for k in ("placeholders", "moved_creates", "moved_deletes", "moved_adds", "moved_places")),
+        transaction=transaction_of(d.get("transaction")))
+
+
+def transaction_of(t) -> tuple[str, int] | None:
+    """A change's transaction (`_txn_id`, `_txn_order`) as a value; None outside one (a snapshot read)."""
+    return (t["id"], int(t["order"])) if t and t["id"] is not None and t["order"] is not None else None
 
 
 def changes_of(data: DataFrame, step: Changes) -> DataFrame:
@@ -499,6 +505,8 @@ class TableApplier:
                 *(unchanged.stats_columns(toast) if toast else []),
                 F.min("_offset").alias("first"), F.max("_offset").alias("last"),
                 F.max("_position").alias("position"),
+                F.max_by(F.struct(F.col("_txn_id").alias("id"), F.col("_txn_order").alias("order")), "_position")
+                .alias("transaction"),
                 F.max(F.when(F.col("_position").isNotNull(), F.unix_millis("_source_ts"))).alias("source_ts_ms"),
                 F.sum(F.col("_error").isNotNull().cast("int")).alias("errors"),
                 F.collect_set(F.when(F.col("_op") == "t", F.struct(F.col("_position").alias("position"),
@@ -575,7 +583,8 @@ class TableApplier:
                 self.plans.pop((self.columns, *found), None)
             return False
         stats = [PartitionStats(s["partition"], s["first"], s["last"], s["records"], s["position"], s["source_ts_ms"],
-                                s["errors"], s["deletes"], schemas=frozenset(s["schemas"])) for s in written.stats()]
+                                s["errors"], s["deletes"], schemas=frozenset(s["schemas"]),
+                                transaction=transaction_of(s.get("transaction"))) for s in written.stats()]
         target = Target(self.topic, self.topic_id, self.job, self.mode, toast, None, committed, summary,
                         self.schemas, None)
         plan = plan_batch(stats, target, batch_id, self._planned_end(batch_id))

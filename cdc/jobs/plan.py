@@ -39,6 +39,7 @@ class PartitionStats:
     moved_deletes: int = 0
     moved_adds: int = 0
     moved_places: int = 0
+    transaction: tuple[str, int] | None = None  # the change at `position`: Debezium's transaction id, its order
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,11 @@ def plan_batch(stats: list[PartitionStats], target: Target, batch_id: int,
                                                  for s in stats])
     for p, o in planned_end.items():  # compacted topics leave gaps: the planned end is exact
         offsets[p] = max(offsets.get(p, 0), o)
-    positions = [s.position for s in stats if s.position]
+    last = max((s for s in stats if s.position), key=lambda s: s.position, default=None)
     times = [s.source_ts_ms for s in stats if s.source_ts_ms is not None]
     props = commits.summary_properties(target.topic, offsets, batch_id, target.job,
-                                       max(positions) if positions else None, max(times) if times else None,
-                                       target.summary, target.topic_id)
+                                       last.position if last else None, max(times) if times else None,
+                                       target.summary, target.topic_id, last.transaction if last else None)
     if target.record_schemas:
         props[commits.RECORD_SCHEMAS] = json.dumps({str(k): v for k, v in target.record_schemas.items()})
     buckets = None

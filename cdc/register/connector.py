@@ -29,6 +29,12 @@ def topic_for(source: str, reg: TableRegistration) -> str:
     return f"{source}.{reg.source.schema_}.{reg.source.table}"
 
 
+def transaction_topic(source: str) -> str:
+    """Debezium's topic of a source's transactions: a BEGIN and an END per transaction, the END
+    with its event count per table (`provide.transaction.metadata`)."""
+    return f"{source}.transaction"
+
+
 def server_id(source: str) -> int:
     """A stable replica server id for a MariaDB source's connector (5400-6399)."""
     import zlib
@@ -87,6 +93,7 @@ def connector_config(settings: Settings, source: str, tables: list[TableRegistra
     config.update(protection_config(settings, tables, config, mask_key_ref))
     config.update(record_size_config(settings))
     config.update(topic_creation_config(settings))
+    config.update(transaction_config(source))
     snapshotted = {f"{t.source.schema_}.{t.source.table}" for t in tables if t.snapshot == "initial"}
     if len(snapshotted) < len(include.split(",")) - 1:  # a table the initial snapshot leaves out
         config["snapshot.include.collection.list"] = ",".join(sorted(snapshotted | {src.signal_table}))
@@ -187,6 +194,16 @@ def topic_creation_config(settings: Settings) -> dict:
             "topic.creation.default.replication.factor": str(shape.replication_factor),
             "topic.creation.default.cleanup.policy": "delete",
             "topic.creation.default.retention.ms": str(shape.retention_ms)}
+
+
+def transaction_config(source: str) -> dict:
+    """Every change names its source transaction and its order in it, and each transaction's
+    END, on one partition so that transactions stay in commit order, gives its event count per
+    table: what a consistent cut across the source's tables is read from."""
+    return {"provide.transaction.metadata": "true",
+            "topic.creation.groups": "transactions",
+            "topic.creation.transactions.include": re.escape(transaction_topic(source)),
+            "topic.creation.transactions.partitions": "1"}
 
 
 def record_size_config(settings: Settings) -> dict:

@@ -4,7 +4,7 @@ target as the MERGE does (read back by pyiceberg and by Spark), with the same of
 batch it cannot take exactly goes through a query, and a target it cannot write says why."""
 from __future__ import annotations
 
-from cdc.control.commits import parse_offsets
+from cdc.control.commits import parse_offsets, parse_transaction
 from cdc.jobs.plan import BATCH_TASK_RECORDS
 from cdc.sinks import direct
 from cdc.sinks.formats import open_table
@@ -222,3 +222,25 @@ def test_a_batch_is_decoded_counted_and_written_by_one_task_until_a_record_needs
     assert apply([*first, *t.take()]) == "batch"  # re-delivered with a new record
     assert d.values() == {6: "f2", 7: "g2"}  # the truncate emptied the target before 6
     assert [parse_offsets(s) for s in d.summaries()][-1] == {t.name: {0: t.next_offset}}
+
+
+def test_each_path_s_commit_names_the_transaction_of_the_table_s_last_change(scratch, table_name):
+    """The task's path, the direct write after a query and the MERGE each stamp the commit with
+    the source transaction of the change at its position and that change's order in it, which
+    the consistent cut reads (control/cut.py); a batch of no change carries the last one on."""
+    pair = both(scratch, table_name)
+    d, t = pair[0], pair[0].topic
+    t.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110, transaction=("571:100", 1))
+    t.change("c", {"id": 2, "v": "b", "n": 2}, 100, 120, transaction=("571:100", 2))
+    t.change("c", {"id": 3, "v": "c", "n": 3}, 90, 95, transaction=("570:90", 1))  # older, later in Kafka
+    apply_both(pair, t.take())
+    assert path_of(d) == "batch"
+    assert [parse_transaction(h.summaries()[-1]) for h in pair] == [("571:100", 2)] * 2
+    t.change("u", {"id": 1, "v": "a2", "n": 1}, 200, 210, transaction=("580:200", 1))
+    t.raw(b'{"schema": {}, "payload": {"id": 9}}', b"\x00\xffgarbage")  # the batch takes a query
+    apply_both(pair, t.take())
+    assert path_of(d) == "refused, events"
+    assert [parse_transaction(h.summaries()[-1]) for h in pair] == [("580:200", 1)] * 2
+    t.tombstone({"id": 2})
+    apply_both(pair, t.take())
+    assert [parse_transaction(h.summaries()[-1]) for h in pair] == [("580:200", 1)] * 2

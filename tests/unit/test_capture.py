@@ -1,4 +1,5 @@
 """Capture health in words (register/capture.py) and the record size limit's settings."""
+import re
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,18 @@ def test_the_connector_hands_over_changes_within_a_tenth_of_a_second():
     reg_maria = TableRegistration(name="shop.orders", source={"name": "db", "schema": "shop", "table": "orders"})
     for config in (pg, connector_config(maria, "db", [reg_maria], "ref")):
         assert int(config["poll.interval.ms"]) <= 100
+
+
+def test_the_connector_gives_transactions_on_a_topic_of_one_partition_whatever_the_table_topics_have():
+    reg = TableRegistration(name="shop.orders", source={"name": "pg", "schema": "shop", "table": "orders"})
+    six = Settings(root=Path(__file__).resolve().parents[2], kafka=KafkaSettings(topics={"partitions": 6}),
+                   sources={"pg": SourceSettings(database="shop", user="cdc", password="x")})
+    config = connector_config(six, "pg", [reg], "ref")
+    assert config["provide.transaction.metadata"] == "true"
+    group = config["topic.creation.groups"]
+    assert re.fullmatch(config[f"topic.creation.{group}.include"], "pg.transaction")
+    assert not re.fullmatch(config[f"topic.creation.{group}.include"], "pg.shop.orders")
+    assert config[f"topic.creation.{group}.partitions"] == "1" and config["topic.creation.default.partitions"] == "6"
 
 
 def test_the_connector_producer_takes_records_up_to_the_limit_compressed():

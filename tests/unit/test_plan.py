@@ -31,6 +31,13 @@ def test_offsets_follow_the_records_and_the_planned_end_and_never_go_back():
     assert plan.steps == (Changes(),) and plan.direct == ()
 
 
+def test_the_commit_names_the_transaction_of_the_change_at_its_position():
+    stats = [PartitionStats(0, 10, 19, 10, position="0000000005", transaction=("t5", 3)),
+             PartitionStats(1, 0, 4, 5, position="0000000009", transaction=("t9", 1))]
+    plan = plan_batch(stats, target(), 3, {})
+    assert commits.parse_transaction(plan.props) == ("t9", 1)
+
+
 def test_truncates_are_steps_in_position_order():
     truncates = [("0000000007", 70), ("0000000003", 30)]
     assert truncate_steps(sorted(truncates), "upsert") == (Truncate("0000000007", 70), Changes(after="0000000007"))

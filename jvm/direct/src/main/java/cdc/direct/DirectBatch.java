@@ -63,8 +63,10 @@ public final class DirectBatch {
   /** The columns the applier adds to the decoded events for the stats, in this order, after the
    * direct path's input ({@link DirectDelta#asInput}): whether the record is bad, its source time in
    * epoch milliseconds, its schema's fingerprint (null without), whether a change lacks an unchanged
-   * value, whether it is half of a key change. */
-  public static final List<String> EXTRAS = List.of("_bad", "_ms", "_schema", "_lacking", "_moved");
+   * value, whether it is half of a key change, its source transaction and the table's order of the
+   * change in it (Debezium's transaction metadata; null without). */
+  public static final List<String> EXTRAS = List.of("_bad", "_ms", "_schema", "_lacking", "_moved", "_txn_id",
+      "_txn_order");
 
   /** A table's decoding as a chain of projections from the Kafka source's rows ({@code raw}) to the
    * direct path's input and the {@link #EXTRAS}, planned once. */
@@ -133,6 +135,8 @@ public final class DirectBatch {
     public long last = Long.MIN_VALUE;
     public long records;
     public UTF8String position;
+    public String transactionId;  // of the change at {@code position}, with its order
+    public Long transactionOrder;
     public Long sourceTsMs;
     public long errors;
     public long deletes;
@@ -175,6 +179,8 @@ public final class DirectBatch {
         m.put("last", s.last);
         m.put("records", s.records);
         m.put("position", s.position == null ? null : s.position.toString());
+        m.put("transaction", s.transactionId == null || s.transactionOrder == null ? null
+            : Map.of("id", s.transactionId, "order", s.transactionOrder));
         m.put("source_ts_ms", s.sourceTsMs);
         m.put("errors", s.errors);
         m.put("deletes", s.deletes);
@@ -331,6 +337,8 @@ public final class DirectBatch {
       UTF8String position = e.getUTF8String(layout.positionAt());
       if (s.position == null || position.compareTo(s.position) > 0) {
         s.position = position.clone();
+        s.transactionId = e.isNullAt(extras + 5) ? null : e.getUTF8String(extras + 5).toString();
+        s.transactionOrder = e.isNullAt(extras + 6) ? null : e.getLong(extras + 6);
       }
       if (!e.isNullAt(extras + 1)) {
         long ms = e.getLong(extras + 1);
