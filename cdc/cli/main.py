@@ -253,6 +253,30 @@ def _status(args) -> int:
     return code if args.check else 0
 
 
+def _cut(args) -> int:
+    from cdc.report.cut import advance, format_text, report
+    from cdc.sinks.catalog import load_catalog
+
+    settings = load_settings(args.config)
+    if args.source is not None and args.source not in settings.sources:
+        raise ConfigError(f"no source {args.source!r} in cdc.yaml", hint=f"one of: {', '.join(settings.sources)}")
+    catalog = load_catalog(settings)
+    while True:
+        tables = load_tables(settings)
+        sources = [args.source] if args.source else sorted({t.source.name for t in tables})
+        try:
+            found = [report(advance(settings, s, [t for t in tables if t.source.name == s], catalog))
+                     for s in sources]
+            print(document.dumps(sources=found) if args.json else format_text(found), flush=True)
+        except CdcError as e:
+            if not args.every:
+                raise
+            print(f"cdc: error: {e}", file=sys.stderr)  # the next round tries again
+        if not args.every:
+            return 0
+        time.sleep(args.every)
+
+
 def _doctor(args) -> int:
     from cdc.report.doctor import doctor, exit_code, format_json, format_text
 
@@ -361,6 +385,16 @@ def parser() -> argparse.ArgumentParser:
                     help="with --check: a table with more records in Kafka not yet applied is behind")
     ss.add_argument("--max-age", type=_bound, metavar="SECONDS",
                     help="with --check: a table whose oldest change not yet applied is older is behind")
+
+    ct = command(sub, "cut", "advance and show each source's consistent cut: a snapshot of every Iceberg target at "
+                             "which all of them hold the same source transactions, tagged cdc_consistent "
+                             "(read `... VERSION AS OF 'cdc_consistent'`), with its source transaction, its age, "
+                             "and the tables that hold it back", _cut)
+    ct.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source with "
+                                                     "registered tables)")
+    ct.add_argument("--json", action="store_true", help="print JSON")
+    ct.add_argument("--every", type=_positive, metavar="SECONDS",
+                    help="advance it again every SECONDS, until interrupted (each round prints the cut)")
 
     dr = command(sub, "doctor", "preflight before registering tables: the sources' settings (PostgreSQL: wal_level, "
                                 "free slots and WAL senders, REPLICATION, the publication; MariaDB: binary log format "

@@ -166,3 +166,43 @@ def test_the_stack_writes_no_password_to_a_log_or_its_status(stack, capsys):
     assert "passfile=" in dsn
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT current_user").fetchone() == ("cdc",)
+
+
+@pytest.mark.parametrize("source", ["it_env", "it_mariadb"])
+def test_each_commit_names_its_last_transaction_as_the_transaction_topic_counts_it(source, request):
+    """The connector gives every change its transaction and each transaction's END its count
+    per table, on a topic of one partition; each target's commit names the transaction of
+    its last change and the change's order in it, and the cut over both tables is at it."""
+    from cdc.control.commits import parse_transaction
+    from cdc.control.cut import At, Mark, TableCut, next_cut, transaction_end
+    from cdc.control.kafka import read_records, watermarks
+    from cdc.register.connector import transaction_topic
+
+    env = request.getfixturevalue(source)
+    names = [f"{env.schema}.{t}" for t in ("tx_a", "tx_b")]
+    for t in ("tx_a", "tx_b"):
+        env.sql(f"CREATE TABLE {env.q(t)} (id int PRIMARY KEY, v int)")
+        env.sql(f"INSERT INTO {env.q(t)} VALUES (100, 0)")
+        assert env.cdc("tables", "add", f"{env.schema}.{t}") == 0
+    assert env.cdc("register", *(a for n in names for a in ("--table", n))) == 0
+    env.transaction(f"INSERT INTO {env.q('tx_a')} VALUES (1, 1), (2, 2)",
+                    f"INSERT INTO {env.q('tx_b')} VALUES (1, 1)",
+                    f"UPDATE {env.q('tx_a')} SET v = 3 WHERE id = 1")
+    env.wait_captured(env.marker())
+    assert env.cdc("run", "--available-now", *(a for n in names for a in ("--table", n))) == 0
+    topic = transaction_topic(env.source)
+    marks = watermarks(env.settings.kafka_bootstrap, topic)
+    assert list(marks) == [0]  # one partition: the transactions in commit order
+    lo, hi = marks[0]
+    records = read_records(env.settings.kafka_bootstrap, topic, {0: lo}, hi - lo)[0]
+    ends = [e for e in (transaction_end(m.value(), m.offset()) for m in records) if e]
+    a, b = f"{env.schema}.tx_a", f"{env.schema}.tx_b"
+    ours = [e for e in ends if a in e.counts and b in e.counts]
+    assert len(ours) == 1 and ours[0].counts[a] == 3 and ours[0].counts[b] == 1, ends[-5:]
+    assert parse_transaction(env.summaries("tx_a")[-1]) == (ours[0].id, 3)
+    assert parse_transaction(env.summaries("tx_b")[-1]) == (ours[0].id, 1)
+    commits = {t: len(env.summaries(t)) for t in ("tx_a", "tx_b")}  # each last commit, by its number
+    tables = [TableCut(t, f"{env.schema}.{t}", (Mark(n, parse_transaction(env.summaries(t)[-1])),))
+              for t, n in commits.items()]
+    cut = next_cut([e for e in ends if e.offset >= ours[0].offset], tables).cut
+    assert cut.transaction == ours[0] and cut.tables == {t: At(n) for t, n in commits.items()}

@@ -1,0 +1,120 @@
+"""A consistent cut across the tables of one source: for each table, a snapshot of its
+target such that every table holds exactly the effects of the same source transactions.
+No I/O here: the transactions come from Debezium's transaction topic, the marks from the
+targets' commit summaries (`commits.TRANSACTION`).
+
+A table's commit is at the end of transaction X when its last change is X's last change
+of the table: its order in X (`data_collection_order`) equals X's event count for the
+table on the transaction topic's END. A table's topic keeps the changes in commit order
+(one partition), so such a commit holds every change of the table up to and including X
+and none after; it stays the table's state at every later transaction until the next one
+that changes the table. A cut at X takes, for each table, that commit: the one at the end
+of the last transaction up to X that changed the table, or the table's state at the
+window's start (`TableCut.base`) when none did.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from cdc.errors import DecodeError
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One END of the transaction topic, in commit order."""
+
+    id: str
+    counts: dict[str, int]  # events per data collection (`schema.table`)
+    ts_ms: int | None = None
+    offset: int = 0  # on the transaction topic
+
+
+def transaction_end(value: bytes | None, offset: int) -> Transaction | None:
+    """A record of the transaction topic (JSON, with or without the converter's schema) as a
+    Transaction when it is an END; None for a BEGIN. A record that is neither raises DecodeError."""
+    try:
+        doc = json.loads(value) if value is not None else None
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
+        doc = doc["payload"]
+    if not isinstance(doc, dict) or doc.get("status") not in ("BEGIN", "END") or not doc.get("id"):
+        raise DecodeError(f"offset {offset} of the transaction topic is not a Debezium BEGIN or END in JSON")
+    if doc["status"] == "BEGIN":
+        return None
+    counts = {c["data_collection"]: int(c["event_count"]) for c in doc.get("data_collections") or ()}
+    return Transaction(str(doc["id"]), counts, doc.get("ts_ms"), offset)
+
+
+@dataclass(frozen=True)
+class At:
+    """A table's state at a cut: its snapshot (None: it has none, and holds no row)."""
+
+    snapshot: int | None
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A data commit of a table: its snapshot, and the transaction and order of its last change
+    (None: its last change was in no transaction, a snapshot read)."""
+
+    snapshot: int
+    transaction: tuple[str, int] | None
+
+
+@dataclass(frozen=True)
+class TableCut:
+    """What the cut knows of one table."""
+
+    name: str
+    collection: str  # the data collection Debezium names its changes by: schema.table
+    marks: tuple[Mark, ...] = ()  # its data commits since the window's start, oldest first
+    base: At | None = None  # its state at the window's start (None: not known)
+    partitions: int = 1
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A read point: each table's state after `transaction` (None: at the window's start)."""
+
+    transaction: Transaction | None
+    tables: dict[str, At]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The latest cut of a window (None: none yet) and, for each table that holds the cut
+    back from the window's last transaction or stays out of it, why."""
+
+    cut: Cut | None
+    held: dict[str, str] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
+
+
+def next_cut(transactions: list[Transaction], tables: list[TableCut]) -> Outcome:
+    """The latest transaction of `transactions` (the window: those after the previous cut,
+    in commit order) at which every table of `tables` has a commit at its end, with those
+    commits. A table with more than one partition has no commit order across its
+    partitions: it is left out, and says so."""
+    left_out = {t.name: f"its topic has {t.partitions} partitions: a consistent cut needs one"
+                for t in tables if t.partitions != 1}
+    inside = [t for t in tables if t.partitions == 1]
+    at: dict[str, At | None] = {t.name: t.base for t in inside}
+    ending = {t.name: {m.transaction: At(m.snapshot) for m in t.marks if m.transaction} for t in inside}
+    waiting: dict[str, str] = {t.name: "its state before the transactions read is not known" for t in inside
+                               if t.base is None}
+    found = Cut(None, dict(at)) if not waiting else None  # type: ignore[arg-type]
+    for x in transactions:
+        for t in inside:
+            count = x.counts.get(t.collection)
+            if count is None:
+                continue
+            at[t.name] = ending[t.name].get((x.id, count))
+            if at[t.name] is None:
+                waiting[t.name] = f"no commit holds all of its {count} change(s) of transaction {x.id} yet"
+            else:
+                waiting.pop(t.name, None)
+        if not waiting:
+            found = Cut(x, dict(at))  # type: ignore[arg-type]
+    return Outcome(found, waiting, left_out)

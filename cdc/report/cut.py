@@ -1,0 +1,205 @@
+"""A source's consistent cut, advanced and published (control/cut.py decides it): the
+transactions read from Debezium's transaction topic since the last cut, each Iceberg
+target's commits since then, the next cut, and a tag per table (`cdc_consistent`) moved to
+that cut's snapshot, so that every engine reads the tables at one point of the source:
+`... VERSION AS OF 'cdc_consistent'`. The cut is kept under the state directory
+(`cuts/<source>.json`): where the next window starts, and each table's state there."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyiceberg.exceptions import NoSuchTableError
+
+from cdc.config.clients import kafka_access
+from cdc.config.models import Settings, TableRegistration
+from cdc.control.commits import OFFSETS, parse_offsets, parse_transaction
+from cdc.control.cut import At, Mark, Outcome, TableCut, Transaction, next_cut, transaction_end
+from cdc.control.kafka import end_offsets, existing_topics, read_records, watermarks
+from cdc.register.connector import topic_for, transaction_topic
+
+TAG = "cdc_consistent"
+MAX_READ = 200_000  # records of the transaction topic read at one advance
+
+
+@dataclass(frozen=True)
+class Published:
+    """One advance of a source's cut: the outcome, the cut it stands at (the new one, or the
+    one kept), and the tables whose tag moved."""
+
+    source: str
+    outcome: Outcome
+    standing: dict | None
+    moved: tuple[str, ...] = ()
+
+
+def state_file(settings: Settings, source: str) -> Path:
+    return settings.state_dir / "cuts" / f"{source}.json"
+
+
+def read_state(settings: Settings, source: str) -> dict | None:
+    """The source's last cut: {transaction, offset, ts_ms, tables: {name: snapshot or null}}."""
+    try:
+        return json.loads(state_file(settings, source).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write_state(settings: Settings, source: str, state: dict) -> None:
+    path = state_file(settings, source)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+@contextmanager
+def one_at_a_time(settings: Settings, source: str):
+    """The source's cut advanced by one process at a time (a job, `cdc cut`)."""
+    path = state_file(settings, source).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def advance(settings: Settings, source: str, tables: list[TableRegistration], catalog) -> Published:
+    """Read what happened since the source's last cut, decide the next one and, when there is
+    a new one, keep it and move each table's tag to its snapshot."""
+    with one_at_a_time(settings, source):
+        return _advance(settings, source, tables, catalog)
+
+
+def _advance(settings: Settings, source: str, tables: list[TableRegistration], catalog) -> Published:
+    if settings.sources[source].format == "avro":
+        why = "its source writes Avro: the cut reads the transaction topic in JSON"
+        return Published(source, Outcome(None, {}, {r.name: why for r in tables}), read_state(settings, source))
+    kafka = kafka_access(settings)
+    state = read_state(settings, source)
+    existing = existing_topics(kafka)
+    transactions = read_transactions(kafka, transaction_topic(source), existing,
+                                     None if state is None else state["offset"] + 1)
+    left_out = {r.name: "a Delta target: the cut covers the source's Iceberg targets" for r in tables
+                if r.sink != "iceberg"}
+    loaded = {}
+    for r in tables:
+        if r.sink == "iceberg":
+            try:
+                loaded[r.name] = catalog.load_table(r.target)
+            except NoSuchTableError:
+                left_out[r.name] = "its target does not exist yet: `cdc register` creates it"
+    icebergs = [r for r in tables if r.name in loaded]
+    ends = end_offsets(kafka, [t for t in (topic_for(source, r) for r in icebergs) if t in existing])
+    known = (state or {}).get("tables", {})
+    views = [table_view(r, loaded[r.name], ends.get(topic_for(source, r), {}), known, state is not None)
+             for r in icebergs]
+    outcome = next_cut(transactions, views)
+    outcome = Outcome(outcome.cut, outcome.held, {**outcome.left_out, **left_out})
+    cut, standing = outcome.cut, state
+    if cut is not None and (cut.transaction is not None or state is None):
+        standing = {"transaction": cut.transaction.id if cut.transaction else None,
+                    "offset": cut.transaction.offset if cut.transaction else -1,
+                    "ts_ms": cut.transaction.ts_ms if cut.transaction else None,
+                    "tables": {name: at.snapshot for name, at in cut.tables.items()},
+                    "published_ms": int(time.time() * 1000)}
+        write_state(settings, source, standing)  # the cut's one record, written at once; the tags follow it
+    tags = (standing or {}).get("tables", {})
+    moved = tuple(n for n, snapshot in tags.items() if n in loaded and move_tag(loaded[n], At(snapshot)))
+    return Published(source, outcome, standing, moved)
+
+
+def read_transactions(kafka, topic: str, existing: set[str], start: int | None) -> list[Transaction]:
+    """The ENDs of the transaction topic from offset `start` (None: its first record kept)."""
+    if topic not in existing:
+        return []
+    lo, hi = watermarks(kafka, topic).get(0, (0, 0))
+    start = lo if start is None else max(start, lo)
+    if hi <= start:
+        return []
+    records = read_records(kafka, topic, {0: start}, min(hi - start, MAX_READ))[0]
+    return [t for t in (transaction_end(m.value(), m.offset()) for m in records) if t]
+
+
+def table_view(reg: TableRegistration, table, end: dict[int, int], known: dict, kept: bool) -> TableCut:
+    """What the cut knows of one target: its data commits since its snapshot at the last cut
+    and its state there; the first time (or when that snapshot is gone), all of them and the
+    state `first_base` knows."""
+    snapshots = ancestry(table)
+    ids = [s.snapshot_id for s in snapshots]
+    since = known.get(reg.name) if kept else None
+    held = kept and reg.name in known and (since is None or since in ids)  # its state at the last cut, still there
+    if held and since is not None:
+        snapshots = snapshots[ids.index(since) + 1:]
+    data = [s for s in snapshots if OFFSETS in (s.summary.additional_properties if s.summary else {})]
+    marks = tuple(Mark(s.snapshot_id, parse_transaction(s.summary.additional_properties)) for s in data)
+    base = At(since) if held else first_base(data, end)
+    return TableCut(reg.name, f"{reg.source.schema_}.{reg.source.table}", marks, base, max(len(end), 1))
+
+
+def first_base(data: list, end: dict[int, int]) -> At | None:
+    """A table's state before the transactions read, when it is known: a table none of whose
+    commits holds a transaction's change (only snapshot reads) and that has read its topic to
+    the end holds its last snapshot; one that never committed and whose topic holds nothing
+    is empty. Otherwise None: the table's first transaction read tells its state."""
+    if not data:
+        return At(None) if not any(end.values()) else None
+    summaries = [s.summary.additional_properties for s in data]
+    committed = next(iter(parse_offsets(summaries[-1]).values()), {})
+    if all(parse_transaction(s) is None for s in summaries) and all(committed.get(p, 0) >= o for p, o in end.items()):
+        return At(data[-1].snapshot_id)
+    return None
+
+
+def ancestry(table) -> list:
+    """The current snapshot and its ancestors, oldest first."""
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    out, current = [], table.current_snapshot()
+    while current is not None:
+        out.append(current)
+        current = by_id.get(current.parent_snapshot_id) if current.parent_snapshot_id is not None else None
+    return out[::-1]
+
+
+def move_tag(table, at: At) -> bool:
+    """Point the table's tag at its snapshot of the cut; False when it is there already or the
+    table has no snapshot (an empty table: nothing to read before its first commit)."""
+    if at.snapshot is None:
+        return False
+    ref = table.metadata.refs.get(TAG)
+    if ref is not None and ref.snapshot_id == at.snapshot:
+        return False
+    table.manage_snapshots().create_tag(at.snapshot, TAG).commit()
+    return True
+
+
+def report(published: Published, now_ms: int | None = None) -> dict:
+    """The cut as `cdc cut --json` prints it."""
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    s = published.standing or {}
+    ts = s.get("ts_ms")
+    return {"source": published.source, "transaction": s.get("transaction"), "source_ts_ms": ts,
+            "age_s": round((now_ms - ts) / 1000, 3) if ts else None,
+            "tables": s.get("tables", {}), "moved": list(published.moved),
+            "held": published.outcome.held, "left_out": published.outcome.left_out}
+
+
+def format_text(found: list[dict]) -> str:
+    """`cdc cut`'s lines: per source, its cut, each table's snapshot, what holds it back."""
+    lines = []
+    for r in found:
+        if r["tables"]:
+            at = f"transaction {r['transaction']}" if r["transaction"] else "the changes before its first transaction"
+            age = f", {r['age_s']:.1f} s behind the source" if r["age_s"] is not None else ""
+            lines.append(f"{r['source']}: cut at {at}{age}")
+        else:
+            lines.append(f"{r['source']}: no cut yet")
+        lines += [f"  {name:40} snapshot {snapshot if snapshot is not None else '- (empty)'}"
+                  for name, snapshot in sorted(r["tables"].items())]
+        lines += [f"  {name:40} holds the cut: {why}" for name, why in sorted(r["held"].items())]
+        lines += [f"  {name:40} not in the cut: {why}" for name, why in sorted(r["left_out"].items())]
+    return "\n".join(lines)

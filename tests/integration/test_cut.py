@@ -1,0 +1,82 @@
+"""The consistent cut on the real stack: transfers between two tables of one source, one
+table applied ahead of the other. The latest snapshots break the invariant (a transfer
+debited and not yet credited); the cut `cdc cut` publishes never does, read back through
+pyiceberg at the snapshots it names and through Spark at the `cdc_consistent` tag."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import _cleanup, postgres_env
+
+TOTAL = 1000  # the balance of all accounts of both tables
+
+
+@pytest.fixture(scope="module")
+def bank(stack, settings, it_env, tmp_path_factory):
+    """A source of its own, so that its cut covers this test's tables alone."""
+    env = postgres_env(stack, settings, tmp_path_factory.mktemp("cut"), it_env.source + "k")
+    s = env.schema
+    for t in ("checking", "savings"):
+        env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, balance int NOT NULL)')
+        env.register_table(t)
+    env.sql(f'INSERT INTO "{s}".checking SELECT g, 100 FROM generate_series(1, 5) g')
+    env.sql(f'INSERT INTO "{s}".savings SELECT g, 100 FROM generate_series(1, 5) g')
+    assert env.cdc("register") == 0
+    yield env
+    _cleanup(env)
+
+
+def cut(env, capsys) -> dict:
+    capsys.readouterr()
+    assert env.cdc("cut", "--json") == 0
+    (found,) = json.loads(capsys.readouterr().out)["sources"]
+    return found
+
+
+def total_at(env, snapshots: dict[str, int | None]) -> int:
+    """The balance of both tables, each read at its snapshot (pyiceberg)."""
+    total = 0
+    for t in ("checking", "savings"):
+        snapshot = snapshots[f"{env.schema}.{t}"]
+        table = env.catalog.load_table(f"{env.schema}.{t}")
+        rows = table.scan(snapshot_id=snapshot).to_arrow().to_pylist() if snapshot is not None else []
+        total += sum(r["balance"] for r in rows)
+    return total
+
+
+def transfer(env, amount: int, debit: int, credit: int):
+    s = env.schema
+    return env.transaction(f'UPDATE "{s}".checking SET balance = balance - {amount} WHERE id = {debit}',
+                           f'UPDATE "{s}".savings SET balance = balance + {amount} WHERE id = {credit}')
+
+
+def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(bank, spark, capsys):
+    env, s = bank, bank.schema
+    names = [f"{s}.checking", f"{s}.savings"]
+    assert env.cdc("run", "--available-now", "--table", names[0], "--table", names[1]) == 0
+    first = cut(env, capsys)
+    assert set(first["tables"]) == set(names) and not first["held"], first
+    assert total_at(env, first["tables"]) == TOTAL
+    env.wait_captured(transfer(env, 30, 1, 2))
+    marker = transfer(env, 5, 3, 3)
+    env.replicate("checking", marker)  # one side of the two transfers applied, the other not
+    latest = {n: env.catalog.load_table(n).current_snapshot().snapshot_id for n in names}
+    assert total_at(env, latest) == TOTAL - 35  # the latest snapshots break the invariant
+    held = cut(env, capsys)
+    assert total_at(env, held["tables"]) == TOTAL and held["tables"] == first["tables"]
+    assert "change(s) of transaction" in held["held"][names[1]], held
+    env.replicate("savings", marker)
+    moved = cut(env, capsys)
+    assert moved["transaction"] and moved["transaction"] != first["transaction"] and not moved["held"], moved
+    assert moved["tables"] == {n: env.catalog.load_table(n).current_snapshot().snapshot_id for n in names}
+    assert total_at(env, moved["tables"]) == TOTAL and moved["age_s"] is not None and moved["age_s"] >= 0
+    tagged = {n: spark.sql(f"SELECT id, balance FROM {env.settings.catalog.name}.{n} VERSION AS OF 'cdc_consistent'")
+              .collect() for n in names}
+    assert sum(r.balance for rows in tagged.values() for r in rows) == TOTAL
+    assert {r.id: r.balance for r in tagged[names[0]]}[1] == 70 and {r.id: r.balance for r in tagged[names[1]]}[2] == 130
+    capsys.readouterr()
+    assert env.cdc("cut") == 0  # the text a person reads
+    text = capsys.readouterr().out
+    assert f"cut at transaction {moved['transaction']}" in text and names[0] in text

@@ -1,0 +1,136 @@
+"""The consistent cut's decision (control/cut.py): transactions and marks in, a cut out."""
+from cdc.control.cut import At, Mark, TableCut, Transaction, next_cut
+
+A, B = "public.accounts", "public.transfers"
+
+
+def tx(i: int, **counts: int) -> Transaction:
+    return Transaction(f"t{i}", {{"a": A, "b": B}[k]: n for k, n in counts.items()}, ts_ms=i, offset=i)
+
+
+def table(name: str, marks=(), base: At | None = At(1), partitions: int = 1) -> TableCut:
+    return TableCut(name, {"a": A, "b": B}[name], tuple(Mark(s, t) for s, t in marks), base, partitions)
+
+
+def test_the_cut_is_the_last_transaction_every_table_holds_whole():
+    txs = [tx(1, a=1, b=1), tx(2, a=2, b=1), tx(3, a=1, b=1)]
+    a = table("a", [(10, ("t1", 1)), (11, ("t2", 2)), (12, ("t3", 1))])
+    b = table("b", [(20, ("t1", 1)), (21, ("t2", 1))])  # t3 not committed yet
+    out = next_cut(txs, [a, b])
+    assert out.cut.transaction.id == "t2" and out.cut.tables == {"a": At(11), "b": At(21)}
+    assert "b" in out.held and "t3" in out.held["b"] and "a" not in out.held
+
+
+def test_a_commit_that_ends_inside_a_transaction_is_no_cut_until_a_later_one_ends_it():
+    txs = [tx(1, a=3, b=1), tx(2, a=1, b=1)]
+    a = table("a", [(10, ("t1", 2)), (11, ("t2", 1))])  # t1 split over two batches: 10 ends inside it
+    b = table("b", [(20, ("t1", 1)), (21, ("t2", 1))])
+    out = next_cut(txs, [a, b])
+    assert out.cut.transaction.id == "t2" and out.cut.tables == {"a": At(11), "b": At(21)}
+    assert next_cut(txs[:1], [a, b]).cut.transaction is None  # only the window's start: no commit ends t1
+
+
+def test_a_quiet_table_keeps_its_state_and_does_not_hold_the_cut():
+    txs = [tx(1, a=1), tx(2, a=1), tx(3, a=2)]
+    a = table("a", [(10, ("t1", 1)), (11, ("t2", 1)), (12, ("t3", 2))])
+    b = table("b", [], base=At(7))
+    out = next_cut(txs, [a, b])
+    assert out.cut.transaction.id == "t3" and out.cut.tables == {"a": At(12), "b": At(7)} and not out.held
+
+
+def test_a_table_that_changed_keeps_the_commit_of_its_last_transaction_while_others_move_on():
+    txs = [tx(1, a=1, b=1), tx(2, a=1), tx(3, a=1)]
+    a = table("a", [(10, ("t1", 1)), (11, ("t2", 1)), (12, ("t3", 1))])
+    b = table("b", [(20, ("t1", 1)), (21, None)])  # then a commit of no transaction's change (a snapshot read)
+    out = next_cut(txs, [a, b])
+    assert out.cut.transaction.id == "t3" and out.cut.tables == {"a": At(12), "b": At(20)}
+
+
+def test_a_table_behind_holds_the_cut_and_says_at_which_transaction():
+    txs = [tx(1, a=1, b=1), tx(2, a=1, b=2)]
+    a = table("a", [(10, ("t1", 1)), (11, ("t2", 1))])
+    b = table("b", [(20, ("t1", 1)), (21, ("t2", 1))])  # one of its two changes of t2
+    out = next_cut(txs, [a, b])
+    assert out.cut.transaction.id == "t1" and out.cut.tables == {"a": At(10), "b": At(20)}
+    assert out.held == {"b": "no commit holds all of its 2 change(s) of transaction t2 yet"}
+
+
+def test_an_unknown_start_waits_for_the_table_s_first_transaction():
+    txs = [tx(1, a=1), tx(2, b=1), tx(3, a=1)]
+    a = table("a", [(10, ("t1", 1)), (11, ("t3", 1))])
+    b = table("b", [(20, ("t2", 1))], base=None)
+    out = next_cut(txs, [a, b])
+    assert out.cut.transaction.id == "t3" and out.cut.tables == {"a": At(11), "b": At(20)}
+    assert next_cut(txs[:1], [a, b]).cut is None
+    assert "not known" in next_cut(txs[:1], [a, b]).held["b"]
+
+
+def test_an_empty_table_is_in_the_cut_with_no_snapshot():
+    out = next_cut([tx(1, a=1)], [table("a", [(10, ("t1", 1))]), table("b", base=At(None))])
+    assert out.cut.tables == {"a": At(10), "b": At(None)}
+
+
+def test_a_table_of_several_partitions_is_left_out_and_says_why():
+    out = next_cut([tx(1, a=1, b=1)], [table("a", [(10, ("t1", 1))]), table("b", partitions=3)])
+    assert out.cut.tables == {"a": At(10)} and "3 partitions" in out.left_out["b"]
+
+
+def test_the_latest_commit_with_the_same_mark_is_taken():
+    a = table("a", [(10, ("t1", 1)), (11, ("t1", 1))])  # a later commit of no new change (a tombstone, say)
+    assert next_cut([tx(1, a=1)], [a]).cut.tables == {"a": At(11)}
+
+
+def test_a_transaction_topic_record_is_an_end_with_its_counts_or_a_begin():
+    import json
+
+    import pytest
+
+    from cdc.control.cut import transaction_end
+    from cdc.errors import DecodeError
+
+    end = {"status": "END", "id": "571:53195832", "event_count": 3, "ts_ms": 1700,
+           "data_collections": [{"data_collection": A, "event_count": 2}, {"data_collection": B, "event_count": 1}]}
+    with_schema = json.dumps({"schema": {"type": "struct"}, "payload": end}).encode()
+    assert transaction_end(with_schema, 7) == Transaction("571:53195832", {A: 2, B: 1}, 1700, 7)
+    assert transaction_end(json.dumps(end).encode(), 7) == Transaction("571:53195832", {A: 2, B: 1}, 1700, 7)
+    begin = {"status": "BEGIN", "id": "571:53195832", "event_count": None, "data_collections": None}
+    assert transaction_end(json.dumps(begin).encode(), 6) is None
+    with pytest.raises(DecodeError, match="offset 5"):
+        transaction_end(b'{"op": "c"}', 5)
+    with pytest.raises(DecodeError, match="offset 6"):
+        transaction_end(b"\x00\x00\x00\x00\x01\xff", 6)  # Avro
+
+
+def commit(snapshot_id: int, offset: int, transaction: tuple[str, int] | None = None):
+    """A target's snapshot as pyiceberg gives it: its id and its summary's cdc keys."""
+    from types import SimpleNamespace
+
+    from cdc.control.commits import summary_properties
+
+    props = summary_properties("t", {0: offset}, snapshot_id, "job", "00", None, transaction=transaction)
+    return SimpleNamespace(snapshot_id=snapshot_id, summary=SimpleNamespace(additional_properties=props))
+
+
+def test_a_table_s_state_before_the_transactions_read_is_known_when_it_read_only_snapshots_to_the_end():
+    from cdc.report.cut import first_base
+
+    assert first_base([commit(1, 5), commit(2, 9)], {0: 9}) == At(2)
+    assert first_base([commit(1, 5)], {0: 9}) is None  # behind its topic's end
+    assert first_base([commit(1, 5, ("t1", 1)), commit(2, 9)], {0: 9}) is None  # it changed in a transaction
+    assert first_base([], {0: 0}) == At(None) and first_base([], {}) == At(None)  # never committed, nothing to read
+    assert first_base([], {0: 3}) is None
+
+
+def test_cut_prints_each_table_s_snapshot_and_what_holds_the_cut():
+    from cdc.report.cut import format_text
+
+    text = format_text([
+        {"source": "pg", "transaction": "571:90", "age_s": 1.25, "tables": {"s.a": 11, "s.e": None},
+         "held": {"s.b": "no commit holds all of its 2 change(s) of transaction 572:95 yet"},
+         "left_out": {"s.d": "a Delta target: the cut covers the source's Iceberg targets"}},
+        {"source": "maria", "transaction": None, "age_s": None, "tables": {}, "held": {}, "left_out": {}}])
+    lines = text.splitlines()
+    assert lines[0] == "pg: cut at transaction 571:90, 1.2 s behind the source"
+    assert "s.a" in lines[1] and "snapshot 11" in lines[1] and "- (empty)" in lines[2]
+    assert "holds the cut: no commit holds all of its 2 change(s)" in lines[3] and "not in the cut" in lines[4]
+    assert lines[5] == "maria: no cut yet"
