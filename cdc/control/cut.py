@@ -30,9 +30,16 @@ class Transaction:
     offset: int = 0  # on the transaction topic
 
 
-def transaction_end(value: bytes | None, offset: int) -> Transaction | None:
+def transaction_key(kind: str, transaction_id: str) -> str:
+    """What names one source transaction alike in its changes and its END. PostgreSQL's ids
+    are `<txId>:<LSN>` with each event's own LSN (the END's is the commit's): its txId."""
+    return transaction_id.split(":", 1)[0] if kind == "postgresql" else transaction_id
+
+
+def transaction_end(value: bytes | None, offset: int, kind: str = "postgresql") -> Transaction | None:
     """A record of the transaction topic (JSON, with or without the converter's schema) as a
-    Transaction when it is an END; None for a BEGIN. A record that is neither raises DecodeError."""
+    Transaction when it is an END, named by `transaction_key`; None for a BEGIN. A record that
+    is neither raises DecodeError."""
     try:
         doc = json.loads(value) if value is not None else None
     except ValueError:
@@ -44,7 +51,7 @@ def transaction_end(value: bytes | None, offset: int) -> Transaction | None:
     if doc["status"] == "BEGIN":
         return None
     counts = {c["data_collection"]: int(c["event_count"]) for c in doc.get("data_collections") or ()}
-    return Transaction(str(doc["id"]), counts, doc.get("ts_ms"), offset)
+    return Transaction(transaction_key(kind, str(doc["id"])), counts, doc.get("ts_ms"), offset)
 
 
 @dataclass(frozen=True)

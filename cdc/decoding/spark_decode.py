@@ -152,6 +152,12 @@ def _hex(expr: SparkColumn, width: int) -> SparkColumn:
     return F.lpad(F.lower(F.hex(expr)), width, "0")
 
 
+def _transaction_key(kind: str) -> SparkColumn:
+    """control/cut.py's `transaction_key` of the change's transaction id."""
+    tx = F.col("_v.transaction.id")
+    return F.substring_index(tx, ":", 1) if kind == "postgresql" else tx
+
+
 def _position_parts(kind: str) -> tuple[SparkColumn, SparkColumn]:
     """(commit part, event part) of a record's position (planning/position.py); the event
     part is null when the record has none."""
@@ -284,7 +290,7 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     fields = [
         *data, *flags, *[c.alias(name) for c, name in moved],
         F.col("_op"), F.col("_position"), F.col("_v.source.txId").alias("_txid"),
-        F.col("_v.transaction.id").alias("_txn_id"), F.col("_v.transaction.data_collection_order").alias("_txn_order"),
+        _transaction_key(kind).alias("_txn_id"), F.col("_v.transaction.data_collection_order").alias("_txn_order"),
         F.timestamp_millis(F.col("_v.source.ts_ms")).alias("_source_ts"),
         F.col("_partition"), F.col("_offset"),
         error.alias("_error"), error_class.alias("_error_class"), *[F.col("_schema") for _ in kept],

@@ -21,6 +21,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.control.commits import OFFSETS, parse_offsets, parse_transaction
 from cdc.control.cut import At, Mark, Outcome, TableCut, Transaction, next_cut, transaction_end
 from cdc.control.kafka import end_offsets, existing_topics, read_records, watermarks
+from cdc.planning.merge import table_ref
 from cdc.register.connector import topic_for, transaction_topic
 
 TAG = "cdc_consistent"
@@ -83,7 +84,7 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
     state = read_state(settings, source)
     existing = existing_topics(kafka)
     transactions = read_transactions(kafka, transaction_topic(source), existing,
-                                     None if state is None else state["offset"] + 1)
+                                     None if state is None else state["offset"] + 1, settings.sources[source].kind)
     left_out = {r.name: "a Delta target: the cut covers the source's Iceberg targets" for r in tables
                 if r.sink != "iceberg"}
     loaded = {}
@@ -109,11 +110,13 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
                     "published_ms": int(time.time() * 1000)}
         write_state(settings, source, standing)  # the cut's one record, written at once; the tags follow it
     tags = (standing or {}).get("tables", {})
-    moved = tuple(n for n, snapshot in tags.items() if n in loaded and move_tag(loaded[n], At(snapshot)))
+    by_name = {r.name: r for r in icebergs}
+    moved = tuple(n for n, snapshot in tags.items()
+                  if n in loaded and move_tag(settings, by_name[n], loaded[n], At(snapshot)))
     return Published(source, outcome, standing, moved)
 
 
-def read_transactions(kafka, topic: str, existing: set[str], start: int | None) -> list[Transaction]:
+def read_transactions(kafka, topic: str, existing: set[str], start: int | None, kind: str) -> list[Transaction]:
     """The ENDs of the transaction topic from offset `start` (None: its first record kept)."""
     if topic not in existing:
         return []
@@ -122,7 +125,7 @@ def read_transactions(kafka, topic: str, existing: set[str], start: int | None) 
     if hi <= start:
         return []
     records = read_records(kafka, topic, {0: start}, min(hi - start, MAX_READ))[0]
-    return [t for t in (transaction_end(m.value(), m.offset()) for m in records) if t]
+    return [t for t in (transaction_end(m.value(), m.offset(), kind) for m in records) if t]
 
 
 def table_view(reg: TableRegistration, table, end: dict[int, int], known: dict, kept: bool) -> TableCut:
@@ -165,15 +168,20 @@ def ancestry(table) -> list:
     return out[::-1]
 
 
-def move_tag(table, at: At) -> bool:
-    """Point the table's tag at its snapshot of the cut; False when it is there already or the
-    table has no snapshot (an empty table: nothing to read before its first commit)."""
+def move_tag(settings: Settings, reg: TableRegistration, table, at: At) -> bool:
+    """Point the target's tag at its snapshot of the cut (through the Iceberg Java API: pyiceberg
+    writes no format version 3 metadata); False when it is there already or the table has no
+    snapshot (an empty table: nothing to read before its first commit)."""
     if at.snapshot is None:
         return False
     ref = table.metadata.refs.get(TAG)
     if ref is not None and ref.snapshot_id == at.snapshot:
         return False
-    table.manage_snapshots().create_tag(at.snapshot, TAG).commit()
+    from cdc.sinks import iceberg_spark
+    from cdc.sinks.session import get_session
+
+    iceberg_spark.set_tag(iceberg_spark.load_table(get_session(settings), table_ref(settings.catalog.name, reg.target)),
+                          TAG, at.snapshot)
     return True
 
 

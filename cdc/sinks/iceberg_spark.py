@@ -84,6 +84,18 @@ def set_properties(table, props: dict[str, str]) -> None:
     update.commit()
 
 
+def set_tag(table, name: str, snapshot_id: int) -> None:
+    """Point tag `name` at snapshot `snapshot_id`, creating it the first time (pyiceberg
+    cannot write format version 3 metadata)."""
+    refs = table.refs()
+    snapshots = table.manageSnapshots()
+    if refs.containsKey(name):
+        snapshots.replaceTag(name, snapshot_id)
+    else:
+        snapshots.createTag(name, snapshot_id)
+    snapshots.commit()
+
+
 def current_snapshot_id(table) -> int | None:
     snap = table.currentSnapshot()
     return None if snap is None else snap.snapshotId()

@@ -91,8 +91,9 @@ def test_a_transaction_topic_record_is_an_end_with_its_counts_or_a_begin():
     end = {"status": "END", "id": "571:53195832", "event_count": 3, "ts_ms": 1700,
            "data_collections": [{"data_collection": A, "event_count": 2}, {"data_collection": B, "event_count": 1}]}
     with_schema = json.dumps({"schema": {"type": "struct"}, "payload": end}).encode()
-    assert transaction_end(with_schema, 7) == Transaction("571:53195832", {A: 2, B: 1}, 1700, 7)
-    assert transaction_end(json.dumps(end).encode(), 7) == Transaction("571:53195832", {A: 2, B: 1}, 1700, 7)
+    assert transaction_end(with_schema, 7) == Transaction("571", {A: 2, B: 1}, 1700, 7)  # PostgreSQL's txId
+    assert transaction_end(json.dumps(end).encode(), 7, "mariadb") == Transaction("571:53195832", {A: 2, B: 1},
+                                                                                   1700, 7)
     begin = {"status": "BEGIN", "id": "571:53195832", "event_count": None, "data_collections": None}
     assert transaction_end(json.dumps(begin).encode(), 6) is None
     with pytest.raises(DecodeError, match="offset 5"):
