@@ -41,8 +41,14 @@ def pytest_collection_modifyitems(config, items):
         if config.getoption("--soak") or config.getoption("--diff-rounds") > 1:
             item.add_marker(pytest.mark.timeout(0))  # a long run by request: no per-test bound
         callspec = getattr(item, "callspec", None)
-        if item.get_closest_marker("delta_long") and callspec and callspec.params.get("h") == "delta":
-            item.add_marker(pytest.mark.long)  # the semantics harness `h` on a Delta target
+        if item.get_closest_marker("delta_long") and callspec and on_delta(callspec.params):
+            item.add_marker(pytest.mark.long)
+
+
+def on_delta(params: dict) -> bool:
+    """Whether a parametrized test writes a Delta target: its harness `h`, its env or its
+    (source, sink) pair names the Delta sink."""
+    return any(v == "delta" or (isinstance(v, tuple) and "delta" in v) for v in params.values())
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Faults on the real stack: the driver killed at exact crash points, a lost checkpoint,
 a rolled-back table, a retention gap. The target must equal the source with no key twice,
 and offsets must never advance without their data. The exactly-once tests run against
-both sinks (Iceberg, and Delta Lake with its idempotent-write markers)."""
+both sinks (Iceberg, and Delta Lake with its idempotent-write markers); the Delta variants
+of the kill before the commit and of the replay are `long` (`make test-long`)."""
 from __future__ import annotations
 
 import json
@@ -79,6 +80,7 @@ def churn(env, table: str) -> int:
                            f'UPDATE "{s}".{table} SET v = \'thrice\' WHERE id = 1')
 
 
+@pytest.mark.delta_long
 def test_driver_killed_before_the_merge(xenv):
     before = offsets_history(xenv, "crash_a")
     xenv.wait_captured(churn(xenv, "crash_a"))
@@ -171,6 +173,7 @@ def positions_history(env, table: str) -> list[str]:
     return [s["cdc.position"] for s in env.summaries(table) if "cdc.position" in s]
 
 
+@pytest.mark.delta_long
 def test_replay_from_earliest_keeps_the_table_exact(xenv):
     """Replays from the topic's start over a table the job applied (twice on Iceberg) leave
     it equal to the source, its commits in position order, and the job goes on after them."""

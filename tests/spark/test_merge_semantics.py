@@ -126,6 +126,7 @@ def test_last_event_per_key_wins_and_metadata_is_stored(h):
     assert rows[1]["_cdc_position"].startswith(f"{200:016x}{210:016x}1")
 
 
+@pytest.mark.delta_long
 def test_older_event_never_overwrites_newer_row(h):
     h.topic.change("u", {"id": 1, "v": "new", "n": 1}, 500, 510)
     h.apply()
@@ -179,6 +180,7 @@ def test_lone_tombstone_deletes_an_older_row(h):
     assert h.values() == {}
 
 
+@pytest.mark.delta_long
 def test_reapplying_a_batch_changes_nothing(h):
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.topic.change("c", {"id": 2, "v": "b", "n": 1}, 100, 120)
@@ -435,6 +437,7 @@ def test_a_batch_adds_one_file_to_the_delete_memory(h):
     assert sorted(h.values()) == list(range(1, 40, 2))
 
 
+@pytest.mark.delta_long
 def test_change_older_than_a_truncate_never_inserts(h):
     create = h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
     h.apply()
@@ -454,6 +457,7 @@ def test_snapshot_summary_carries_offsets_and_batch_id(h):
     assert summary["cdc.position"].startswith(f"{100:016x}{114:016x}")
 
 
+@pytest.mark.delta_long
 def test_first_load_is_a_bulk_append_and_a_restarted_snapshot_adds_no_duplicates(h):
     for i in range(5):  # the initial snapshot (commit LSN unknown), with a delete streamed meanwhile
         h.topic.change("r", {"id": i, "v": f"snap{i}", "n": i}, None, 100)
