@@ -197,14 +197,14 @@ def test_truncate_then_insert_keeps_only_the_later_rows_and_reconciles(src, spar
 
 @each_source_and_sink
 def test_status_names_the_sink_and_the_location_and_counts_no_lag(src, capsys):
-    name = f"{src.schema}.cf_lines"  # replicated by the key-change test
+    name = f"{src.schema}.cf_types"  # replicated by the types test, which every pair runs
     capsys.readouterr()
     assert src.cdc("status", "--table", name, "--json") == 0
     (row,) = json.loads(capsys.readouterr().out)["tables"]
     assert (row["table"], row["sink"], row["registered"], row["lag"]) == (name, src.sink, True, 0)
     if src.sink == "delta":
-        assert row["location"].rstrip("/").endswith(str(src.delta_path("cf_lines")))
-        assert row["target"] == str(src.delta_path("cf_lines")) and row["snapshot_id"] > 0
+        assert row["location"].rstrip("/").endswith(str(src.delta_path("cf_types")))
+        assert row["target"] == str(src.delta_path("cf_types")) and row["snapshot_id"] > 0
     else:
         assert row["location"] == src.catalog.load_table(name).metadata.location
     assert row["committed_offsets"] == row["kafka_end_offsets"] and row["position"]
