@@ -44,7 +44,8 @@ def state_file(settings: Settings, source: str) -> Path:
 
 
 def read_state(settings: Settings, source: str) -> dict | None:
-    """The source's last cut: {transaction, offset, ts_ms, tables: {name: snapshot or null}}."""
+    """The source's last cut: {transaction, offset, ts_ms, tables: {name: snapshot or null},
+    held and left_out: {name: why}, as the last advance found them}."""
     try:
         return json.loads(state_file(settings, source).read_text())
     except FileNotFoundError:
@@ -108,7 +109,9 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
                     "ts_ms": cut.transaction.ts_ms if cut.transaction else None,
                     "tables": {name: at.snapshot for name, at in cut.tables.items()},
                     "published_ms": int(time.time() * 1000)}
-        write_state(settings, source, standing)  # the cut's one record, written at once; the tags follow it
+    if standing is not None:  # the cut's one record, written at once, with what holds it (`cdc status`)
+        standing = {**standing, "held": outcome.held, "left_out": outcome.left_out}
+        write_state(settings, source, standing)  # the tags follow it
     tags = (standing or {}).get("tables", {})
     by_name = {r.name: r for r in icebergs}
     moved = tuple(n for n, snapshot in tags.items()

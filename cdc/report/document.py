@@ -28,6 +28,9 @@ FIELDS = (
     ("status", "reconcile: OK, DRIFT, IN-FLIGHT or CAPTURE-STOPPED; doctor: ok, warn or FAIL", "reconcile, doctor"),
     ("name", "a check's stable id (wal_level, ...); never a table", "doctor"),
     ("problems", "the lines `status --check` prints", "status"),
+    ("cut", 'the table in its source\'s consistent cut, as `cdc cut` last found it: {"snapshot_id": ..., '
+            '"transaction": ..., "holds": why it holds the cut back, "left_out": why it is not in it} (null: no cut)',
+     "status"),
 )
 
 

@@ -17,6 +17,7 @@ from cdc.planning.bootstrap import PROPERTY, Bootstrap
 from cdc.register.capture import CAPTURE_STOPPED, CAPTURE_UNKNOWN, slot_warning, source_capture
 from cdc.register.capture import format_text as capture_lines
 from cdc.register.connector import ConnectClient
+from cdc.report.cut import read_state as read_cut
 from cdc.control.kafka import record_times, watermarks
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import shown_name
@@ -49,7 +50,18 @@ def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
         "snapshot_time": _iso_ms(found["snapshot_ms"]),
         "dead_letters": found["dead_letters"],
         "bootstrap": _bootstrap(found["properties"]),
+        "cut": cut_of(settings, reg),
     }
+
+
+def cut_of(settings: Settings, reg: TableRegistration) -> dict | None:
+    """The table's place in its source's consistent cut (`cdc cut`): its snapshot there, and
+    why it holds the cut back or is not in it, as the last advance found; None without a cut."""
+    state = read_cut(settings, reg.source.name)
+    if state is None:
+        return None
+    return {"snapshot_id": state["tables"].get(reg.name), "transaction": state.get("transaction"),
+            "holds": state.get("held", {}).get(reg.name), "left_out": state.get("left_out", {}).get(reg.name)}
 
 
 def _bootstrap(properties: dict) -> dict | None:
@@ -143,6 +155,8 @@ def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
         if r.get("bootstrap") and r["bootstrap"]["state"] != "done":
             lines.append(f"  {r['bootstrap']['method']} bootstrap {r['bootstrap']['id']} unfinished: "
                          f"run `cdc bootstrap --table {r['table']}` to resume it")
+        if (r.get("cut") or {}).get("holds"):
+            lines.append(f"  holds its source's consistent cut (cdc cut): {r['cut']['holds']}")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
         if r["job"].get("remedy") and r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD):

@@ -67,11 +67,20 @@ def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(ba
     held = cut(env, capsys)
     assert total_at(env, held["tables"]) == TOTAL and held["tables"] == first["tables"]
     assert "change(s) of transaction" in held["held"][names[1]], held
+    capsys.readouterr()
+    assert env.cdc("status", "--json") == 0  # status says which table holds the cut
+    rows = {r["table"]: r for r in json.loads(capsys.readouterr().out)["tables"]}
+    assert rows[names[1]]["cut"]["holds"] == held["held"][names[1]] and rows[names[0]]["cut"]["holds"] is None
+    assert rows[names[0]]["cut"]["snapshot_id"] == first["tables"][names[0]]
+    assert env.cdc("status") == 0
+    assert f"holds its source's consistent cut (cdc cut): {held['held'][names[1]]}" in capsys.readouterr().out
     env.replicate("savings", marker)
     moved = cut(env, capsys)
     assert moved["transaction"] and moved["transaction"] != first["transaction"] and not moved["held"], moved
     assert moved["tables"] == {n: env.catalog.load_table(n).current_snapshot().snapshot_id for n in names}
     assert total_at(env, moved["tables"]) == TOTAL and moved["age_s"] is not None and moved["age_s"] >= 0
+    assert env.cdc("status", "--json") == 0
+    assert all(r["cut"]["holds"] is None for r in json.loads(capsys.readouterr().out)["tables"])
     tagged = {n: spark.sql(f"SELECT id, balance FROM {env.settings.catalog.name}.{n} VERSION AS OF 'cdc_consistent'")
               .collect() for n in names}
     assert sum(r.balance for rows in tagged.values() for r in rows) == TOTAL
