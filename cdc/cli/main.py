@@ -222,21 +222,27 @@ def check_out_folder(out: str) -> None:
                           hint="write the report elsewhere")
 
 
+def _rounds(every: int | None, one_round) -> int:
+    """`one_round()` once, or again every `every` seconds until interrupted; a failed round
+    is told on stderr and the next one tries again."""
+    while True:
+        try:
+            one_round()
+        except CdcError as e:
+            if not every:
+                raise
+            print(f"cdc: error: {e}", file=sys.stderr)
+        if not every:
+            return 0
+        time.sleep(every)
+
+
 def _maintain(args) -> int:
     from cdc.jobs.maintenance import maintain
 
     settings = load_settings(args.config)
     tables = load_tables(settings, args.table)
-    while True:
-        try:
-            maintain(settings, tables)
-        except CdcError as e:
-            if not args.every:
-                raise
-            print(f"cdc: error: {e}", file=sys.stderr)  # the next round tries again
-        if not args.every:
-            return 0
-        time.sleep(args.every)
+    return _rounds(args.every, lambda: maintain(settings, tables))
 
 
 def _status(args) -> int:
@@ -261,20 +267,14 @@ def _cut(args) -> int:
     if args.source is not None and args.source not in settings.sources:
         raise ConfigError(f"no source {args.source!r} in cdc.yaml", hint=f"one of: {', '.join(settings.sources)}")
     catalog = load_catalog(settings)
-    while True:
+
+    def one_round() -> None:
         tables = load_tables(settings)
         sources = [args.source] if args.source else sorted({t.source.name for t in tables})
-        try:
-            found = [report(advance(settings, s, [t for t in tables if t.source.name == s], catalog))
-                     for s in sources]
-            print(document.dumps(sources=found) if args.json else format_text(found), flush=True)
-        except CdcError as e:
-            if not args.every:
-                raise
-            print(f"cdc: error: {e}", file=sys.stderr)  # the next round tries again
-        if not args.every:
-            return 0
-        time.sleep(args.every)
+        found = [report(advance(settings, s, [t for t in tables if t.source.name == s], catalog)) for s in sources]
+        print(document.dumps(sources=found) if args.json else format_text(found), flush=True)
+
+    return _rounds(args.every, one_round)
 
 
 def _doctor(args) -> int:
