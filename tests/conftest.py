@@ -211,10 +211,13 @@ class Env:
         marker = TxMarker(marker) if isinstance(marker, int) else marker
         ConnectClient(self.settings.connect_url).wait_captured(connector_name(self.source), marker)
 
-    def replicate(self, table: str, marker=None) -> None:
+    def replicate(self, table: str | tuple[str, ...], marker=None) -> None:
+        """`cdc run --available-now` of a table, or of several in one run (after `marker` is
+        captured, when given)."""
         if marker is not None:
             self.wait_captured(marker)
-        assert self.cdc("run", "--available-now", "--table", f"{self.schema}.{table}") == 0
+        names = (table,) if isinstance(table, str) else table
+        assert self.cdc("run", "--available-now", *[a for t in names for a in ("--table", f"{self.schema}.{t}")]) == 0
 
 
 def write_config(settings, work: Path, sources: dict) -> Path:

@@ -125,8 +125,7 @@ def test_random_workload_with_driver_kills_ends_exact(it_env, request, tmp_path)
         workload.join()
         assert workload.error is None, workload.error
     marker = env.marker()  # the last workload transaction may have changed no row
-    for t in tables:
-        env.replicate(t, marker)
+    env.replicate(tables, marker)
 
     figures = {"seed": seed, "transactions": sum(w.transactions for w in workloads),
                "statements": sum(w.statements for w in workloads), "kills": kills}

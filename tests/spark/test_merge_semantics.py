@@ -333,7 +333,7 @@ def test_a_running_job_optimizes_a_delta_target_s_small_files_once_enough_were_a
     h = Harness(spark, catalog, table_name, sink="delta", delta_root=tmp_path)
     h.applier.compact_every_files = 2
     lsn, expected = 100, {}
-    for round_ in range(3):
+    for round_ in range(2):
         for key in range(round_, 10, 2):
             lsn += 10
             h.topic.change("u" if round_ else "c", {"id": key, "v": f"v{round_}", "n": key}, lsn, lsn + 5)
