@@ -14,6 +14,7 @@ from pathlib import Path
 from cdc.cli import init, prompt
 from cdc.config import load_settings, load_tables
 from cdc.config.loader import is_pattern
+from cdc.planning.repair import MAX_KEYS
 from cdc.config.models import SINKS
 from cdc.errors import CdcError, ConfigError, Interrupted
 from cdc.jobs import shutdown
@@ -237,6 +238,16 @@ def _rounds(every: int | None, one_round) -> int:
         time.sleep(every)
 
 
+def _repair(args) -> int:
+    from cdc.report.repair import exit_code, format_text, repair
+
+    settings = load_settings(args.config)
+    result = repair(settings, _one_table(settings, args.table, "repair"), max_keys=args.max_keys,
+                    dry_run=args.dry_run, wait_s=args.wait)
+    print(document.dumps(ok=exit_code(result) == 0, **result) if args.json else format_text(result))
+    return exit_code(result)
+
+
 def _maintain(args) -> int:
     from cdc.jobs.maintenance import maintain
 
@@ -430,6 +441,18 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--out", metavar="FILE", help="write the report here instead of standard output")
     rc.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                     help="how long to wait for the target to catch up with the source's position (default 60)")
+
+    rr = command(sub, "repair", "fix the keys `reconcile --deep` finds differing: delete the target's rows the source "
+                                "does not hold, and have Debezium read the others again (PostgreSQL sources; exit 0 "
+                                "when the table is then exact, 1 when keys still differ)", _repair)
+    rr.add_argument("--table", action="append", required=True, metavar="NAME", help=ONE_TABLE_HELP)
+    rr.add_argument("--dry-run", action="store_true", help="say what would be fixed, and change nothing")
+    rr.add_argument("--max-keys", type=_positive, default=MAX_KEYS, metavar="N",
+                    help=f"refuse a drift of more keys than this, which `cdc bootstrap` refills for less (default "
+                         f"{MAX_KEYS})")
+    rr.add_argument("--json", action="store_true", help="print JSON")
+    rr.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                    help="how long each compare waits for the target to catch up (default 60)")
 
     mt = command(sub, "maintain", "compact data and delete files, expire old snapshots, remove orphan files; safe "
                                   "while the job runs", _maintain)

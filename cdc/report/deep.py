@@ -21,13 +21,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc.planning.drift import DIFFERENT, DUPLICATE, EXTRA, MISSING
 from cdc.planning.sql import q
 
 FANOUT_BITS = 4  # each level cuts a range into 16
 LEAF_ROWS = 4096  # compare key by key once the differing ranges hold no more rows than this
 MAX_RANGES = 4096  # or once this many ranges differ (the differences are everywhere)
 KEY_HASH, ROW_HASH = "_cdc_key_hash", "_cdc_row_hash"
-MISSING, EXTRA, DIFFERENT, DUPLICATE = "missing", "extra", "different", "duplicate"
 
 
 @dataclass
@@ -144,7 +144,3 @@ def _plain(value):
     if isinstance(value, (bytes, bytearray)):
         return value.hex()
     return str(value)
-
-
-def differences(found: dict) -> int:
-    return found[MISSING] + found[EXTRA] + found[DIFFERENT] + found[DUPLICATE]

@@ -22,7 +22,7 @@ from cdc.planning.sql import q
 from cdc.register.capture import source_capture
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.report import document, history
-from cdc.report.deep import differences
+from cdc.planning.drift import differences
 from cdc.report.status import table_status
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
@@ -140,7 +140,7 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
     """Every table's row; the run is appended to the history table."""
     catalog = load_catalog(settings)
     client = ConnectClient.of(settings)
-    compare_rows = _deep_compare(settings, limit) if deep else None
+    compare_rows = deep_compare(settings, limit) if deep else None
     for reg in tables if deep else []:  # another masking key than the target's: refused before any wait
         found = found_target(settings, catalog, reg) if reg.mask else None
         if found is not None:
@@ -163,7 +163,7 @@ def invalid_row(bad: InvalidRegistration) -> dict:
             "lag": None, "dead_letters": None, "reason": f"its registration does not load: {bad.error}"}
 
 
-def _deep_compare(settings: Settings, limit: int):
+def deep_compare(settings: Settings, limit: int):
     """`deep` for `reconcile_table`: the source read in the count's snapshot against the
     target at the counted snapshot, in Spark."""
     from cdc.bootstrap import jdbc
@@ -196,8 +196,8 @@ def _deep_compare(settings: Settings, limit: int):
         found = deep.compare(source, target, names, key, limit)
         log(f"deep compare of {found['rows']['source']:,} source and {found['rows']['target']:,} "
             f"target rows in {time.monotonic() - started:.1f}s, {len(found['levels'])} level(s): "
-            f"{deep.differences(found)} key(s) differ", table=reg.name, event="deep-compared",
-            rows=found["rows"], differences=deep.differences(found))
+            f"{differences(found)} key(s) differ", table=reg.name, event="deep-compared",
+            rows=found["rows"], differences=differences(found))
         return found
 
     return compare

@@ -206,14 +206,34 @@ def request_incremental_snapshot(conn: psycopg.Connection, signal_table: str, ta
     """Ask Debezium for an incremental snapshot of `tables` (schema.table); returns the
     signalling transaction."""
     import json
+
+    return send_snapshot_signal(conn, signal_table, json.dumps({"data-collections": tables, "type": "incremental"}))
+
+
+def send_snapshot_signal(conn: psycopg.Connection, signal_table: str, data: str) -> TxMarker:
+    """An `execute-snapshot` signal with its `data` (JSON); returns the signalling transaction."""
     import uuid
 
     schema, table = _split(signal_table)
     with conn.transaction():
         conn.execute(psycopg.sql.SQL("INSERT INTO {}.{} (id, type, data) VALUES (%s, 'execute-snapshot', %s)")
                      .format(psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)),
-                     (str(uuid.uuid4()), json.dumps({"data-collections": tables, "type": "incremental"})))
+                     (str(uuid.uuid4()), data))
         return TxMarker(conn.execute("SELECT txid_current()").fetchone()[0])
+
+
+def signal_data_chars(conn: psycopg.Connection, signal_table: str) -> int | None:
+    """The most characters the signal table's `data` column holds (None: unbounded)."""
+    schema, table = _split(signal_table)
+    row = conn.execute("SELECT character_maximum_length FROM information_schema.columns "
+                       "WHERE table_schema = %s AND table_name = %s AND column_name = 'data'", (schema, table)).fetchone()
+    return row[0] if row else None
+
+
+def literal(conn: psycopg.Connection, value) -> str:
+    """A value as a PostgreSQL literal (for SQL that leaves psycopg, such as Debezium's
+    snapshot filter)."""
+    return psycopg.sql.Literal(value).as_string(conn)
 
 
 def write_marker(conn: psycopg.Connection, signal_table: str) -> TxMarker:
