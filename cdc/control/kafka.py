@@ -165,8 +165,11 @@ def read_records(kafka: Brokers, topic: str, offsets: dict[int, int], per_partit
     from confluent_kafka import Consumer, TopicPartition
 
     w = Watched(kafka)
+    # A fetch at a partition's end returns at once (the broker's default wait is 500 ms): the
+    # end is what tells that a partition has no more records to read.
     consumer = Consumer(w.conf(**{"group.id": "cdc-read-records", "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest", "enable.partition.eof": True}))
+                                  "auto.offset.reset": "earliest", "enable.partition.eof": True,
+                                  "fetch.wait.max.ms": 10}))
     found: dict[int, list] = {p: [] for p in offsets}
     done: set[int] = set()
     try:

@@ -70,7 +70,9 @@ def _compare(settings: Settings, reg: TableRegistration, max_keys: int, wait_s: 
             return row
         reason = row.get("reason") or row.get("deep", {}).get("reason") or row["status"]
         raise CdcError(f"table {reg.name}: its rows were not compared ({row['status']}): {reason}",
-                       hint="run `cdc repair` again once the table has caught up", table=reg.name)
+                       hint=f"the compare needs the target caught up with the source: run the table's job "
+                            f"(`cdc run --table {reg.name}`, or `--available-now` once), then `cdc repair` again",
+                       table=reg.name)
     return {**row, **seen}
 
 
