@@ -35,6 +35,8 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
   `steady_freshness_p50_s`, `steady_freshness_p95_s`.
 - freshness: `freshness_p50_s`, `freshness_p95_s` (source commit to visible in Iceberg) at
   `freshness_rate_events_per_s` through the real connector.
+- cut: the consistent cut's age while two tables of one source take transactions that change
+  both: `cut_age_p50_s`, `cut_age_p95_s`, `cut_age_vs_freshness` (over `freshness_p95_s`).
 - tables: one continuous `cdc run` over 100 tables with Zipf-like change rates adding up to
   2,000 events/s: `tables_100_start_s`, `tables_100_idle_cpu_share` (all quiet),
   `tables_100_freshness_p95_s`, `tables_100_worst_table_p95_s`, `tables_100_cpu_share`.
@@ -53,7 +55,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import apply, avro, backlog, bootstrap, chart, freshness, maintenance, peers, steady, systems, tables
+from bench import apply, avro, backlog, bootstrap, chart, cut, freshness, maintenance, peers, steady, systems, tables
 from bench.workload import Events, changes, fill, produce, record_template, registration, bench_settings
 from cdc.config import load_settings
 from cdc.jobs.supervisor import run
@@ -63,7 +65,7 @@ from cdc.stack.manager import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("apply", "avro", "peers", "read", "bootstrap", "backlog", "steady", "freshness", "tables")
+SECTIONS = ("apply", "avro", "peers", "read", "bootstrap", "backlog", "steady", "freshness", "cut", "tables")
 SIZES = {
     "quick": {"small": 100_000, "big": 1_000_000, "changes": 100_000, "read_rows": 100_000, "read_batches": 40,
               "read_batch_events": 2_500, "bootstrap_rows": 200_000, "backlog": 500_000, "freshness_rate": 2_000, "freshness_s": 60,
@@ -76,7 +78,7 @@ SIZES = {
 SECTION_SIZES = {"apply": ("small", "big", "changes"), "avro": ("small", "changes"), "peers": ("small", "changes"),
                  "read": ("read_rows", "read_batches", "read_batch_events"), "bootstrap": ("bootstrap_rows",),
                  "backlog": ("backlog", "small"), "steady": ("steady_warm_up_s", "steady_s"),
-                 "freshness": ("freshness_rate", "freshness_s"),
+                 "freshness": ("freshness_rate", "freshness_s"), "cut": ("freshness_rate", "freshness_s"),
                  "tables": ("tables", "tables_rate", "tables_s")}
 
 
@@ -164,6 +166,9 @@ def main() -> int:
             figures = steady.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
         elif section == "freshness":
             figures = freshness.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"])
+        elif section == "cut":
+            figures = cut.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"],
+                                  results.get("freshness_p95_s"))
         else:
             figures = tables.measure(spark, settings, catalog, sizes)
         results.update(figures)

@@ -20,6 +20,7 @@ GOALS = (
     ("steady_cpu_s_per_batch", 0.3, False, "a small batch: driver CPU (s)"),
     ("commit_cpu_s", 0.2, False, "a direct commit: driver CPU (s)"),
     ("apply_avro_vs_json", 1.5, True, "apply rate: Avro / JSON"),
+    ("cut_age_vs_freshness", 2.0, False, "consistent cut age p95 / freshness p95"),
 )
 
 
