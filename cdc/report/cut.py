@@ -181,10 +181,12 @@ def move_tag(settings: Settings, reg: TableRegistration, table, at: At) -> bool:
     if ref is not None and ref.snapshot_id == at.snapshot:
         return False
     from cdc.sinks import iceberg_spark
-    from cdc.sinks.session import get_session
+    from cdc.sinks.session import get_session, make_active
 
-    iceberg_spark.set_tag(iceberg_spark.load_table(get_session(settings), table_ref(settings.catalog.name, reg.target)),
-                          TAG, at.snapshot)
+    spark = get_session(settings)
+    make_active(spark)  # on the calling thread, which may not have made the session
+    iceberg_spark.set_tag(iceberg_spark.load_table(spark, table_ref(settings.catalog.name, reg.target)), TAG,
+                          at.snapshot)
     return True
 
 
