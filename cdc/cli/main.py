@@ -14,11 +14,11 @@ from pathlib import Path
 from cdc.cli import init, prompt
 from cdc.config import load_settings, load_tables
 from cdc.config.loader import is_pattern
-from cdc.planning.repair import MAX_KEYS
 from cdc.config.models import SINKS
 from cdc.errors import CdcError, ConfigError, Interrupted
 from cdc.jobs import shutdown
 from cdc.log import FORMATS, log, set_format
+from cdc.planning.repair import MAX_KEYS
 from cdc.report import document
 
 
