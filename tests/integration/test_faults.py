@@ -35,6 +35,12 @@ def offsets_history(env, table: str) -> list[int]:
 
 
 EXACTLY_ONCE = ("crash_a", "crash_b", "lost_cp", "rolled", "replayed")
+TABLE_OF = {  # the table of each test on a Delta target
+    "test_driver_killed_before_the_merge": "crash_a", "test_bootstrap_and_maintenance_of_a_delta_target_keep_it_exact":
+    "crash_a", "test_driver_killed_after_the_table_commit_before_the_checkpoint_commit": "crash_b",
+    "test_checkpoint_deleted_resumes_from_the_table": "lost_cp",
+    "test_table_rolled_back_behind_its_checkpoint_stops_the_job": "rolled",
+    "test_replay_from_earliest_keeps_the_table_exact": "replayed"}
 
 
 def create_tables(env, tables):
@@ -61,8 +67,13 @@ def fenv(it_env):
 
 
 @pytest.fixture(scope="module")
-def denv(it_delta):
-    return create_tables(it_delta, EXACTLY_ONCE)
+def denv(it_delta, request):
+    """The Delta tables of the run's selected tests alone (a Delta table costs seconds to fill)."""
+    used = {TABLE_OF[item.originalname] for item in request.session.items
+            if item.module is request.module and item.originalname in TABLE_OF
+            and ("denv" in item.fixturenames or getattr(item, "callspec", None) is not None
+                 and item.callspec.params.get("xenv") == "delta")}
+    return create_tables(it_delta, tuple(t for t in EXACTLY_ONCE if t in used))
 
 
 @pytest.fixture(params=["iceberg", "delta"])
