@@ -56,11 +56,32 @@ def settings():
     return load_settings(ROOT / "cdc.yaml")
 
 
+SPARK_LOG: dict = {}  # the run's driver log, and its size when the run began
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The run's driver JVM's fatal errors, when it had any: a JVM that ended (out of heap,
+    say) fails every later test that reaches it with `Connection refused`."""
+    path = SPARK_LOG.get("path")
+    if path is None or not path.exists():
+        return
+    with path.open("rb") as f:
+        f.seek(SPARK_LOG["start"])
+        lines = f.read().decode(errors="replace").splitlines()
+    fatal = [line for line in lines if "OutOfMemoryError" in line or "Uncaught exception" in line]
+    if fatal:
+        terminalreporter.write_sep("=", f"the Spark driver's fatal errors, from {path}")
+        for line in fatal[:5]:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def spark(settings):
     """The run's one SparkSession (the same one `cdc run` in-process gets)."""
-    from cdc.sinks.session import get_session
+    from cdc.sinks.session import get_session, spark_log
 
+    log = spark_log(settings)
+    SPARK_LOG.update(path=log, start=log.stat().st_size if log.exists() else 0)
     session = get_session(settings, app_name="cdc-tests")
     yield session
     session.stop()

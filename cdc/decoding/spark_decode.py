@@ -209,7 +209,7 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     envelope = [
         F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
         payload(payload_schema(columns, text), heads, max_value_bytes).alias("_v"),
-        F.col("value").isNull().alias("_null_value"), F.col("value"),
+        F.col("value").isNull().alias("_null_value"), F.col("value"), F.octet_length("value").alias("_value_bytes"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
         (_header(NEW_KEY).isNotNull() if headers else F.lit(False)).alias("_new_key"),
@@ -262,8 +262,8 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     unread = ~F.col("_null_value") & F.col("_v").isNull()
     checks = [
         (F.col("_refused").isNotNull(), "schema-refused", F.col("_refused")),
-        (unread & (F.octet_length("value") > max(max_value_bytes, JACKSON_MAX_STRING)), "record-too-large",
-         F.concat(F.lit("the value's "), F.octet_length("value").cast("string"),
+        (unread & (F.col("_value_bytes") > max(max_value_bytes, JACKSON_MAX_STRING)), "record-too-large",
+         F.concat(F.lit("the value's "), F.col("_value_bytes").cast("string"),
                   F.lit(f" bytes are over kafka.max_record_bytes ({max_value_bytes}), the longest value the decoder "
                         f"reads: raise it in cdc.yaml, then `cdc replay` this record's offsets"))),
         (~F.col("_null_value") & F.col("_v").isNull() & loose.getItem("op").isNotNull(),
@@ -323,8 +323,10 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
              F.expr(wire[c].convert(q(c))).alias(c) if c in wire else F.col(q(c)) for c in names]
 
     def run(raw: DataFrame) -> DataFrame:
-        df = (raw.select(*envelope).select("*", loose_value.alias("_loose")).select("*", op.alias("_op"))
-              .select("*", position.alias("_position")).select(*fields))
+        # The record's value is read by the loose parse alone, then dropped: every projection that
+        # carried it would hold a copy of it.
+        df = (raw.select(*envelope).select("*", loose_value.alias("_loose")).drop("value")
+              .select("*", op.alias("_op")).select("*", position.alias("_position")).select(*fields))
         return (df if checked is None else df.select(*checked)).select(*typed)
     return run
 

@@ -197,6 +197,7 @@ class TableApplier:
     max_record_bytes: int = MAX_VALUE_BYTES  # kafka.max_record_bytes: the longest record value decoded
     direct_writes: bool = True  # a batch the plan allows is written without a MERGE (spark.direct_writes)
     direct_records: int = BATCH_TASK_RECORDS  # the most records of a batch decoded and written by one task
+    direct_bytes: int = 0  # the most bytes of them it holds decoded (0: an eighth of the heap)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -557,8 +558,9 @@ class TableApplier:
         one task, its plan made from those stats, its files committed. False, with nothing
         written, when it needs a query: a bad record, a truncate, unchanged values or a key
         change to look up, a schema not judged yet (UnseenSchema), more records than one task
-        takes (`planned`: the records the batch was planned with, None if unknown), a target
-        or a mode the direct path does not write, a plan that says otherwise."""
+        takes (`planned`: the records the batch was planned with, None if unknown) or holds
+        decoded (`direct_bytes`), a target or a mode the direct path does not write, a plan
+        that says otherwise."""
         if (not self.direct_writes or self.mode != "upsert" or self.registry is not None or self.held
                 or not table.has_direct_path or (planned or 0) > self.direct_records):
             return False
@@ -574,7 +576,7 @@ class TableApplier:
         with self.timer.step("direct"):
             written = write_batch(spark, decoder, records, self.target_ref, self.deletes_ref, self.key, names,
                                   table.properties().get(TRUNCATED_AT), skip, set(self.schemas), bool(toast),
-                                  self.direct_records)
+                                  self.direct_records, self.direct_bytes)
         if written.reason is not None:
             self.timer.rename("direct", "direct refused")
             if written.reason == UNSEEN:

@@ -84,14 +84,14 @@ class Batch:
 
 def write_batch(spark, decoder, batch, ref: str, memory_ref: str, key: tuple[str, ...], columns: tuple[str, ...],
                 floor: str | None, committed: dict[int, int], known: set[int] | None, toast: bool,
-                limit: int) -> Batch:
+                limit: int, max_bytes: int = 0) -> Batch:
     """Decode the Kafka source's rows `batch` with `decoder` (`decoding`) and write them to the
     Iceberg target `ref` as `write` does, in one Spark job of one task, leaving out each
     partition's records before its `committed` offset; the task writes nothing, and says why,
     at a record that needs a query (bad, a truncate, with `toast` a lacking unchanged value or a
-    key change, a schema fingerprint not in `known`, more than `limit` records) or for a target
-    the direct path refuses."""
+    key change, a schema fingerprint not in `known`, more than `limit` records or `max_bytes` of
+    them decoded, 0: an eighth of the heap) or for a target the direct path refuses."""
     pending = jvm_class(spark, BATCH_HELPER).run(spark._jsparkSession, decoder, batch._jdf, ref, memory_ref, list(key),
                                                  list(columns), floor, dict(committed),
-                                                 None if known is None else list(known), toast, limit)
+                                                 None if known is None else list(known), toast, limit, max_bytes)
     return Batch(spark, pending)

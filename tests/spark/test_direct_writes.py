@@ -215,12 +215,16 @@ def test_a_batch_is_decoded_counted_and_written_by_one_task_until_a_record_needs
         t.change("u", {"id": 6, "v": f"f{i}", "n": 6}, 800 + i, 810 + i)
     assert apply(t.take()) == "refused, events"  # more records than one task takes
     d.applier.direct_records = BATCH_TASK_RECORDS
+    d.applier.direct_bytes = 64
+    t.change("c", {"id": 8, "v": "h" * 100, "n": 8}, 850, 860)
+    assert apply(t.take()) == "refused, events"  # more bytes than one task holds
+    d.applier.direct_bytes = 0
     t.change("c", {"id": 7, "v": "g", "n": 7}, 900, 910)
     first = t.take()
     assert apply(first) == "batch"
     t.change("u", {"id": 7, "v": "g2", "n": 7}, 1000, 1010)
     assert apply([*first, *t.take()]) == "batch"  # re-delivered with a new record
-    assert d.values() == {6: "f2", 7: "g2"}  # the truncate emptied the target before 6
+    assert d.values() == {6: "f2", 7: "g2", 8: "h" * 100}  # the truncate emptied the target before 6
     assert [parse_offsets(s) for s in d.summaries()][-1] == {t.name: {0: t.next_offset}}
 
 

@@ -28,8 +28,11 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.MutableProjection$;
+import org.apache.spark.sql.catalyst.expressions.MutableProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection$;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.execution.SQLExecution;
@@ -38,6 +41,7 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
+import scala.Function1;
 import scala.collection.immutable.Seq;
 
 /**
@@ -67,6 +71,12 @@ public final class DirectBatch {
    * change in it (Debezium's transaction metadata; null without). */
   public static final List<String> EXTRAS = List.of("_bad", "_ms", "_schema", "_lacking", "_moved", "_txn_id",
       "_txn_order");
+
+  /** The most bytes of decoded records a task holds before it writes them: an eighth of the heap
+   * (a larger batch takes a query, which streams its rows). */
+  static long heldBytes() {
+    return Runtime.getRuntime().maxMemory() / 8;
+  }
 
   /** A table's decoding as a chain of projections from the Kafka source's rows ({@code raw}) to the
    * direct path's input and the {@link #EXTRAS}, planned once. */
@@ -231,11 +241,12 @@ public final class DirectBatch {
    * partition are left out (the table holds them). Nothing is read when the target refuses the direct
    * path ({@link DirectDelta#refusal}, the reason returned). The task stops writing, and says why, at a record that needs a query: a bad one, a
    * truncate, with {@code toast} a change lacking an unchanged value or half of a key change, a
-   * schema fingerprint not in {@code known} (null: not checked), more than {@code limit} records.
+   * schema fingerprint not in {@code known} (null: not checked), more than {@code limit} records or
+   * more than {@code maxBytes} of them decoded (0: {@link #heldBytes}).
    */
   public static Pending run(SparkSession spark, Decoding decoding, Dataset<Row> batch, String name, String memory,
                             List<String> key, List<String> columns, String floor, Map<?, ?> committed,
-                            List<?> known, boolean toast, long limit) throws Exception {
+                            List<?> known, boolean toast, long limit, long maxBytes) throws Exception {
     Table table = DirectDelta.loaded(spark, name);
     String refused = DirectDelta.refusal(table, key, columns);
     if (refused != null || !batch.schema().equals(decoding.raw) || table.schema().schemaId() != decoding.schemaId) {
@@ -266,12 +277,22 @@ public final class DirectBatch {
           batch.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
         Decoding d = decoder.value();
         TaskContext task = TaskContext.get();
-        List<UnsafeProjection> chain = new ArrayList<>();
-        for (int i = 0; i < d.stages.size(); i++) {
-          UnsafeProjection p = UnsafeProjection$.MODULE$.create(d.stages.get(i), d.inputs.get(i));
-          p.initialize(task == null ? 0 : task.partitionId());
+        // Each stage but the last evaluates into a row of references (no copy of its values); the
+        // last writes the decoded row. An unsafe row per stage would hold a copy of the record's
+        // value in each, twice its size: a 32 MiB record then took over 1 GiB of heap.
+        int partition = task == null ? 0 : task.partitionId();
+        int last = d.stages.size() - 1;
+        List<Function1<InternalRow, InternalRow>> chain = new ArrayList<>();
+        for (int i = 0; i < last; i++) {
+          MutableProjection p = MutableProjection$.MODULE$.create(d.stages.get(i), d.inputs.get(i));
+          p.initialize(partition);
           chain.add(p);
         }
+        UnsafeProjection written = UnsafeProjection$.MODULE$.create(d.stages.get(last), d.inputs.get(last));
+        written.initialize(partition);
+        chain.add(written);
+        long budget = maxBytes > 0 ? maxBytes : heldBytes();
+        long held = 0;
         Table t = target.value();
         DirectDelta.Layout layout = DirectDelta.Layout.of(t.schema(), keys);
         int opAt = layout.columns() + 1;
@@ -286,9 +307,10 @@ public final class DirectBatch {
             continue;
           }
           InternalRow e = r;
-          for (UnsafeProjection p : chain) {
+          for (Function1<InternalRow, InternalRow> p : chain) {
             e = p.apply(e);
           }
+          held += ((UnsafeRow) e).getSizeInBytes();
           String op = e.isNullAt(opAt) ? "" : e.getUTF8String(opAt).toString();
           boolean bad = e.getBoolean(extras);
           Long schema = e.isNullAt(extras + 2) ? null : e.getLong(extras + 2);
@@ -297,7 +319,8 @@ public final class DirectBatch {
             out.reason = bad ? BAD : "t".equals(op) ? TRUNCATE
                 : toast && (e.getBoolean(extras + 3) || e.getBoolean(extras + 4)) ? UNCHANGED
                 : seen != null && schema != null && !seen.contains(schema) ? UNSEEN
-                : ++records > limit ? "more than " + limit + " records" : null;
+                : ++records > limit ? "more than " + limit + " records"
+                : held > budget ? "more than " + (budget >> 20) + " MiB of records" : null;
           }
           if (out.reason != null) {
             break;  // the batch takes a query, which reads it again
