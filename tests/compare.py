@@ -119,12 +119,14 @@ def mariadb_source_rows(conn, schema: str, table: str, key: tuple[str, ...]) -> 
     return out
 
 
-def delta_records(path) -> list[dict]:
-    """Every row of the Delta table at `path`, read by delta-rs (deletion vectors applied)."""
+def delta_records(path, version: int | None = None) -> list[dict]:
+    """Every row of the Delta table at `path` (at `version`: as of that version), read by
+    delta-rs (deletion vectors applied)."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
-    return pa.table(QueryBuilder().register("t", DeltaTable(str(path))).execute("SELECT * FROM t").read_all()).to_pylist()
+    table = DeltaTable(str(path), version=version)
+    return pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()).to_pylist()
 
 
 def delta_summaries(path) -> list[dict]:

@@ -397,10 +397,11 @@ def parser() -> argparse.ArgumentParser:
     ss.add_argument("--max-age", type=_bound, metavar="SECONDS",
                     help="with --check: a table whose oldest change not yet applied is older is behind")
 
-    ct = command(sub, "cut", "advance and show each source's consistent cut: a snapshot of every Iceberg target at "
-                             "which all of them hold the same source transactions, tagged cdc_consistent "
-                             "(read `... VERSION AS OF 'cdc_consistent'`), with its source transaction, its age, "
-                             "and the tables that hold it back", _cut)
+    ct = command(sub, "cut", "advance and show each source's consistent cut: a snapshot of every Iceberg target "
+                             "and a version of every Delta one at which all of them hold the same source "
+                             "transactions, the snapshots tagged cdc_consistent (read `... VERSION AS OF "
+                             "'cdc_consistent'`, a Delta table `VERSION AS OF <version>`), with its source "
+                             "transaction, its age, and the tables that hold it back", _cut)
     ct.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source with "
                                                      "registered tables)")
     ct.add_argument("--json", action="store_true", help="print JSON")

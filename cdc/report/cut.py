@@ -1,8 +1,9 @@
 """A source's consistent cut, advanced and published (control/cut.py decides it): the
-transactions read from Debezium's transaction topic since the last cut, each Iceberg
-target's commits since then, the next cut, and a tag per table (`cdc_consistent`) moved to
+transactions read from Debezium's transaction topic since the last cut, each target's
+commits since then, the next cut, and a tag per Iceberg table (`cdc_consistent`) moved to
 that cut's snapshot, so that every engine reads the tables at one point of the source:
-`... VERSION AS OF 'cdc_consistent'`. The cut is kept under the state directory
+`... VERSION AS OF 'cdc_consistent'`; a Delta table has no tags, and is read at the version
+the cut names (`VERSION AS OF <n>`). The cut is kept under the state directory
 (`cuts/<source>.json`): where the next window starts, and each table's state there."""
 from __future__ import annotations
 
@@ -23,20 +24,31 @@ from cdc.control.cut import At, Mark, Outcome, TableCut, Transaction, next_cut, 
 from cdc.control.kafka import end_offsets, existing_topics, read_records, watermarks
 from cdc.planning.merge import table_ref
 from cdc.register.connector import topic_for, transaction_topic
+from cdc.sinks import delta
 
 TAG = "cdc_consistent"
 MAX_READ = 200_000  # records of the transaction topic read at one advance
 
 
 @dataclass(frozen=True)
+class Commit:
+    """A commit in a target's line of history: its id (an Iceberg snapshot, a Delta version)
+    and cdc's keys on it (offsets, transaction)."""
+
+    id: int
+    props: dict
+
+
+@dataclass(frozen=True)
 class Published:
     """One advance of a source's cut: the outcome, the cut it stands at (the new one, or the
-    one kept), and the tables whose tag moved."""
+    one kept), the tables whose tag moved, and those read at a Delta version."""
 
     source: str
     outcome: Outcome
     standing: dict | None
     moved: tuple[str, ...] = ()
+    versions: tuple[str, ...] = ()  # the tables whose cut is a Delta version (no tag)
 
 
 def state_file(settings: Settings, source: str) -> Path:
@@ -86,20 +98,18 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
     existing = existing_topics(kafka)
     transactions = read_transactions(kafka, transaction_topic(source), existing,
                                      None if state is None else state["offset"] + 1, settings.sources[source].kind)
-    left_out = {r.name: "a Delta target: the cut covers the source's Iceberg targets" for r in tables
-                if r.sink != "iceberg"}
-    loaded = {}
+    left_out, loaded = {}, {}
     for r in tables:
-        if r.sink == "iceberg":
-            try:
-                loaded[r.name] = catalog.load_table(r.target)
-            except NoSuchTableError:
-                left_out[r.name] = "its target does not exist yet: `cdc register` creates it"
-    icebergs = [r for r in tables if r.name in loaded]
-    ends = end_offsets(kafka, [t for t in (topic_for(source, r) for r in icebergs) if t in existing])
+        found = load_target(settings, r, catalog)
+        if found is None:
+            left_out[r.name] = "its target does not exist yet: `cdc register` creates it"
+        else:
+            loaded[r.name] = found
+    present = [r for r in tables if r.name in loaded]
+    ends = end_offsets(kafka, [t for t in (topic_for(source, r) for r in present) if t in existing])
     known = (state or {}).get("tables", {})
-    views = [table_view(r, loaded[r.name], ends.get(topic_for(source, r), {}), known, state is not None)
-             for r in icebergs]
+    views = [table_view(r, commits(r, loaded[r.name]), ends.get(topic_for(source, r), {}), known, state is not None)
+             for r in present]
     outcome = next_cut(transactions, views)
     outcome = Outcome(outcome.cut, outcome.held, {**outcome.left_out, **left_out})
     cut, standing = outcome.cut, state
@@ -113,10 +123,25 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
         standing = {**standing, "held": outcome.held, "left_out": outcome.left_out}
         write_state(settings, source, standing)  # the tags follow it
     tags = (standing or {}).get("tables", {})
-    by_name = {r.name: r for r in icebergs}
+    by_name = {r.name: r for r in present if r.sink == "iceberg"}
     moved = tuple(n for n, snapshot in tags.items()
-                  if n in loaded and move_tag(settings, by_name[n], loaded[n], At(snapshot)))
-    return Published(source, outcome, standing, moved)
+                  if n in by_name and move_tag(settings, by_name[n], loaded[n], At(snapshot)))
+    return Published(source, outcome, standing, moved, tuple(r.name for r in present if r.sink != "iceberg"))
+
+
+def load_target(settings: Settings, reg: TableRegistration, catalog):
+    """The table's target as pyiceberg or delta-rs reads it; None when it does not exist."""
+    if reg.sink == "iceberg":
+        try:
+            return catalog.load_table(reg.target)
+        except NoSuchTableError:
+            return None
+    return delta.open_table(delta.location(settings, reg.target))
+
+
+def commits(reg: TableRegistration, table) -> list[Commit]:
+    """The target's line of history, oldest first."""
+    return iceberg_commits(table) if reg.sink == "iceberg" else delta_commits(table.history())
 
 
 def read_transactions(kafka, topic: str, existing: set[str], start: int | None, kind: str) -> list[Transaction]:
@@ -131,44 +156,62 @@ def read_transactions(kafka, topic: str, existing: set[str], start: int | None, 
     return [t for t in (transaction_end(m.value(), m.offset(), kind) for m in records) if t]
 
 
-def table_view(reg: TableRegistration, table, end: dict[int, int], known: dict, kept: bool) -> TableCut:
-    """What the cut knows of one target: its data commits since its snapshot at the last cut
-    and its state there; the first time (or when that snapshot is gone), all of them and the
-    state `first_base` knows."""
-    snapshots = ancestry(table)
-    ids = [s.snapshot_id for s in snapshots]
+def table_view(reg: TableRegistration, line: list[Commit], end: dict[int, int], known: dict,
+               kept: bool) -> TableCut:
+    """What the cut knows of one target, from its `line` of history: its data commits since
+    its state at the last cut, and that state; the first time (or when that commit is gone),
+    all of them and the state `first_base` knows."""
+    ids = [c.id for c in line]
     since = known.get(reg.name) if kept else None
     held = kept and reg.name in known and (since is None or since in ids)  # its state at the last cut, still there
     if held and since is not None:
-        snapshots = snapshots[ids.index(since) + 1:]
-    data = [s for s in snapshots if OFFSETS in (s.summary.additional_properties if s.summary else {})]
-    marks = tuple(Mark(s.snapshot_id, parse_transaction(s.summary.additional_properties)) for s in data)
+        line = line[ids.index(since) + 1:]
+    data = [c for c in line if OFFSETS in c.props]
+    marks = tuple(Mark(c.id, parse_transaction(c.props)) for c in data)
     base = At(since) if held else first_base(data, end)
     return TableCut(reg.name, f"{reg.source.schema_}.{reg.source.table}", marks, base, max(len(end), 1))
 
 
-def first_base(data: list, end: dict[int, int]) -> At | None:
+def first_base(data: list[Commit], end: dict[int, int]) -> At | None:
     """A table's state before the transactions read, when it is known: a table none of whose
     commits holds a transaction's change (only snapshot reads) and that has read its topic to
-    the end holds its last snapshot; one that never committed and whose topic holds nothing
-    is empty. Otherwise None: the table's first transaction read tells its state."""
+    the end holds its last commit's state; one that never committed and whose topic holds
+    nothing is empty. Otherwise None: the table's first transaction read tells its state."""
     if not data:
         return At(None) if not any(end.values()) else None
-    summaries = [s.summary.additional_properties for s in data]
-    committed = next(iter(parse_offsets(summaries[-1]).values()), {})
-    if all(parse_transaction(s) is None for s in summaries) and all(committed.get(p, 0) >= o for p, o in end.items()):
-        return At(data[-1].snapshot_id)
+    committed = next(iter(parse_offsets(data[-1].props).values()), {})
+    if all(parse_transaction(c.props) is None for c in data) and all(committed.get(p, 0) >= o for p, o in end.items()):
+        return At(data[-1].id)
     return None
 
 
-def ancestry(table) -> list:
-    """The current snapshot and its ancestors, oldest first."""
+def iceberg_commits(table) -> list[Commit]:
+    """An Iceberg target's current snapshot and its ancestors, oldest first."""
     by_id = {s.snapshot_id: s for s in table.snapshots()}
     out, current = [], table.current_snapshot()
     while current is not None:
-        out.append(current)
+        out.append(Commit(current.snapshot_id, current.summary.additional_properties if current.summary else {}))
         current = by_id.get(current.parent_snapshot_id) if current.parent_snapshot_id is not None else None
     return out[::-1]
+
+
+def delta_commits(history: list[dict]) -> list[Commit]:
+    """A Delta target's versions, oldest first, from delta-rs's history (newest first), with
+    cdc's keys (the commits' userMetadata). The versions a RESTORE undid are left out, as a
+    rolled-back Iceberg snapshot is no ancestor; after a restore to a timestamp, only the
+    versions after it count."""
+    out: list[Commit] = []
+    for c in sorted(history, key=lambda c: int(c["version"])):
+        if c.get("operation") == "RESTORE":
+            restored = (c.get("operationParameters") or {}).get("version")
+            out = [x for x in out if x.id <= int(restored)] if restored not in (None, "", "null") else []
+        meta = c.get("userMetadata")
+        try:
+            props = json.loads(meta) if meta else {}
+        except ValueError:  # another writer's metadata
+            props = {}
+        out.append(Commit(int(c["version"]), props if isinstance(props, dict) else {}))
+    return out
 
 
 def move_tag(settings: Settings, reg: TableRegistration, table, at: At) -> bool:
@@ -197,7 +240,7 @@ def report(published: Published, now_ms: int | None = None) -> dict:
     ts = s.get("ts_ms")
     return {"source": published.source, "transaction": s.get("transaction"), "source_ts_ms": ts,
             "age_s": round((now_ms - ts) / 1000, 3) if ts else None,
-            "tables": s.get("tables", {}), "moved": list(published.moved),
+            "tables": s.get("tables", {}), "moved": list(published.moved), "versions": list(published.versions),
             "held": published.outcome.held, "left_out": published.outcome.left_out}
 
 
@@ -211,8 +254,8 @@ def format_text(found: list[dict]) -> str:
             lines.append(f"{r['source']}: cut at {at}{age}")
         else:
             lines.append(f"{r['source']}: no cut yet")
-        lines += [f"  {name:40} snapshot {snapshot if snapshot is not None else '- (empty)'}"
-                  for name, snapshot in sorted(r["tables"].items())]
+        lines += [f"  {name:40} {'version' if name in r['versions'] else 'snapshot'} "
+                  f"{at if at is not None else '- (empty)'}" for name, at in sorted(r["tables"].items())]
         lines += [f"  {name:40} holds the cut: {why}" for name, why in sorted(r["held"].items())]
         lines += [f"  {name:40} not in the cut: {why}" for name, why in sorted(r["left_out"].items())]
     return "\n".join(lines)

@@ -29,8 +29,9 @@ FIELDS = (
                "warn or FAIL", "reconcile, doctor, repair"),
     ("name", "a check's stable id (wal_level, ...); never a table", "doctor"),
     ("problems", "the lines `status --check` prints", "status"),
-    ("cut", 'the table in its source\'s consistent cut, as `cdc cut` last found it: {"snapshot_id": ..., '
-            '"transaction": ..., "holds": why it holds the cut back, "left_out": why it is not in it} (null: no cut)',
+    ("cut", 'the table in its source\'s consistent cut, as `cdc cut` last found it: {"snapshot_id": the Iceberg '
+            'snapshot or Delta version, "transaction": ..., "holds": why it holds the cut back, "left_out": why it '
+            'is not in it} (null: no cut)',
      "status"),
     ("found", "the differing keys by kind: missing, extra, different, duplicate", "repair"),
     ("keys", 'the differing keys, each {"kind": ..., "key": {column: value}}', "repair"),

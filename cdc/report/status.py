@@ -55,7 +55,7 @@ def table_status(settings: Settings, catalog, reg: TableRegistration) -> dict:
 
 
 def cut_of(settings: Settings, reg: TableRegistration) -> dict | None:
-    """The table's place in its source's consistent cut (`cdc cut`): its snapshot there, and
+    """The table's place in its source's consistent cut (`cdc cut`): its snapshot or version there, and
     why it holds the cut back or is not in it, as the last advance found; None without a cut."""
     state = read_cut(settings, reg.source.name)
     if state is None:

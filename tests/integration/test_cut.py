@@ -1,7 +1,8 @@
-"""The consistent cut on the real stack: transfers between two tables of one source, one
-table applied ahead of the other. The latest snapshots break the invariant (a transfer
-debited and not yet credited); the cut `cdc cut` publishes never does, read back through
-pyiceberg at the snapshots it names and through Spark at the `cdc_consistent` tag."""
+"""The consistent cut on the real stack: transfers between two tables of one source, an
+Iceberg target (checking) and a Delta one (savings), one applied ahead of the other. The
+latest commits break the invariant (a transfer debited and not yet credited); the cut `cdc
+cut` publishes never does, read back through pyiceberg and delta-rs at the snapshot and the
+version it names, and through Spark at the `cdc_consistent` tag and that version."""
 from __future__ import annotations
 
 import json
@@ -18,9 +19,9 @@ def bank(stack, settings, it_env, tmp_path_factory):
     """A source of its own, so that its cut covers this test's tables alone."""
     env = postgres_env(stack, settings, tmp_path_factory.mktemp("cut"), it_env.source + "k")
     s = env.schema
-    for t in ("checking", "savings"):
+    for t, sink in (("checking", "iceberg"), ("savings", "delta")):
         env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, balance int NOT NULL)')
-        env.register_table(t)
+        env.register_table(t, sink=sink)
     env.sql(f'INSERT INTO "{s}".checking SELECT g, 100 FROM generate_series(1, 5) g')
     env.sql(f'INSERT INTO "{s}".savings SELECT g, 100 FROM generate_series(1, 5) g')
     assert env.cdc("register") == 0
@@ -35,15 +36,25 @@ def cut(env, capsys) -> dict:
     return found
 
 
-def total_at(env, snapshots: dict[str, int | None]) -> int:
-    """The balance of both tables, each read at its snapshot (pyiceberg)."""
-    total = 0
-    for t in ("checking", "savings"):
-        snapshot = snapshots[f"{env.schema}.{t}"]
-        table = env.catalog.load_table(f"{env.schema}.{t}")
-        rows = table.scan(snapshot_id=snapshot).to_arrow().to_pylist() if snapshot is not None else []
-        total += sum(r["balance"] for r in rows)
-    return total
+def total_at(env, at: dict[str, int | None]) -> int:
+    """The balance of both tables, checking read at its snapshot (pyiceberg), savings at its
+    version (delta-rs)."""
+    from tests.compare import delta_records
+
+    snapshot, version = at[f"{env.schema}.checking"], at[f"{env.schema}.savings"]
+    checking = env.catalog.load_table(f"{env.schema}.checking")
+    rows = checking.scan(snapshot_id=snapshot).to_arrow().to_pylist() if snapshot is not None else []
+    if version is not None:
+        rows += delta_records(env.delta_path("savings"), version)
+    return sum(r["balance"] for r in rows)
+
+
+def latest(env) -> dict[str, int]:
+    """Each table's newest commit: checking's snapshot, savings' version."""
+    from deltalake import DeltaTable
+
+    return {f"{env.schema}.checking": env.catalog.load_table(f"{env.schema}.checking").current_snapshot().snapshot_id,
+            f"{env.schema}.savings": DeltaTable(str(env.delta_path("savings"))).version()}
 
 
 def transfer(env, amount: int, debit: int, credit: int):
@@ -53,17 +64,18 @@ def transfer(env, amount: int, debit: int, credit: int):
 
 
 def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(bank, spark, capsys):
+    from cdc.sinks import delta
+
     env, s = bank, bank.schema
     names = [f"{s}.checking", f"{s}.savings"]
     assert env.cdc("run", "--available-now", "--table", names[0], "--table", names[1]) == 0
     first = cut(env, capsys)
-    assert set(first["tables"]) == set(names) and not first["held"], first
+    assert set(first["tables"]) == set(names) and not first["held"] and first["versions"] == [names[1]], first
     assert total_at(env, first["tables"]) == TOTAL
     env.wait_captured(transfer(env, 30, 1, 2))
     marker = transfer(env, 5, 3, 3)
     env.replicate("checking", marker)  # one side of the two transfers applied, the other not
-    latest = {n: env.catalog.load_table(n).current_snapshot().snapshot_id for n in names}
-    assert total_at(env, latest) == TOTAL - 35  # the latest snapshots break the invariant
+    assert total_at(env, latest(env)) == TOTAL - 35  # the latest commits break the invariant
     held = cut(env, capsys)
     assert total_at(env, held["tables"]) == TOTAL and held["tables"] == first["tables"]
     assert "change(s) of transaction" in held["held"][names[1]], held
@@ -72,20 +84,24 @@ def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(ba
     rows = {r["table"]: r for r in json.loads(capsys.readouterr().out)["tables"]}
     assert rows[names[1]]["cut"]["holds"] == held["held"][names[1]] and rows[names[0]]["cut"]["holds"] is None
     assert rows[names[0]]["cut"]["snapshot_id"] == first["tables"][names[0]]
+    assert rows[names[1]]["cut"]["snapshot_id"] == first["tables"][names[1]]  # the Delta version
     assert env.cdc("status") == 0
     assert f"holds its source's consistent cut (cdc cut): {held['held'][names[1]]}" in capsys.readouterr().out
     env.replicate("savings", marker)
     moved = cut(env, capsys)
     assert moved["transaction"] and moved["transaction"] != first["transaction"] and not moved["held"], moved
-    assert moved["tables"] == {n: env.catalog.load_table(n).current_snapshot().snapshot_id for n in names}
+    assert moved["tables"] == latest(env) and moved["moved"] == [names[0]]  # a tag on the Iceberg table alone
     assert total_at(env, moved["tables"]) == TOTAL and moved["age_s"] is not None and moved["age_s"] >= 0
     assert env.cdc("status", "--json") == 0
     assert all(r["cut"]["holds"] is None for r in json.loads(capsys.readouterr().out)["tables"])
-    tagged = {n: spark.sql(f"SELECT id, balance FROM {env.settings.catalog.name}.{n} VERSION AS OF 'cdc_consistent'")
-              .collect() for n in names}
+    tagged = {names[0]: spark.sql(f"SELECT id, balance FROM {env.settings.catalog.name}.{names[0]} "
+                                  "VERSION AS OF 'cdc_consistent'").collect(),
+              names[1]: spark.sql(f"SELECT id, balance FROM {delta.ref(env.delta_path('savings'))} "
+                                  f"VERSION AS OF {moved['tables'][names[1]]}").collect()}
     assert sum(r.balance for rows in tagged.values() for r in rows) == TOTAL
     assert {r.id: r.balance for r in tagged[names[0]]}[1] == 70 and {r.id: r.balance for r in tagged[names[1]]}[2] == 130
     capsys.readouterr()
     assert env.cdc("cut") == 0  # the text a person reads
     text = capsys.readouterr().out
     assert f"cut at transaction {moved['transaction']}" in text and names[0] in text
+    assert f"version {moved['tables'][names[1]]}" in text

@@ -103,13 +103,12 @@ def test_a_transaction_topic_record_is_an_end_with_its_counts_or_a_begin():
 
 
 def commit(snapshot_id: int, offset: int, transaction: tuple[str, int] | None = None):
-    """A target's snapshot as pyiceberg gives it: its id and its summary's cdc keys."""
-    from types import SimpleNamespace
-
+    """A target's commit: its id and cdc's keys on it."""
     from cdc.control.commits import summary_properties
+    from cdc.report.cut import Commit
 
-    props = summary_properties("t", {0: offset}, snapshot_id, "job", "00", None, transaction=transaction)
-    return SimpleNamespace(snapshot_id=snapshot_id, summary=SimpleNamespace(additional_properties=props))
+    return Commit(snapshot_id, summary_properties("t", {0: offset}, snapshot_id, "job", "00", None,
+                                                  transaction=transaction))
 
 
 def test_a_table_s_state_before_the_transactions_read_is_known_when_it_read_only_snapshots_to_the_end():
@@ -122,16 +121,35 @@ def test_a_table_s_state_before_the_transactions_read_is_known_when_it_read_only
     assert first_base([], {0: 3}) is None
 
 
+def test_a_delta_target_s_line_of_history_leaves_out_what_a_restore_undid():
+    import json
+
+    from cdc.control.commits import parse_transaction, summary_properties
+    from cdc.report.cut import delta_commits
+
+    def version(n: int, operation: str = "MERGE", restored=None, meta: str | None = None) -> dict:
+        props = summary_properties("t", {0: n * 10}, n, "job", "00", None, transaction=(f"t{n}", 1))
+        return {"version": n, "operation": operation, "operationParameters": {"version": restored},
+                "userMetadata": meta if meta is not None else json.dumps(props) if operation == "MERGE" else None}
+
+    history = [version(5), version(4, "RESTORE", 1), version(3), version(2), version(1), version(0, "CREATE TABLE")]
+    line = delta_commits(history)  # newest first, as delta-rs gives it
+    assert [c.id for c in line] == [0, 1, 4, 5]  # 2 and 3 undone by the restore to 1
+    assert line[0].props == {} and parse_transaction(line[1].props) == ("t1", 1) and line[2].props == {}
+    assert [c.id for c in delta_commits([version(1, meta="not json"), version(2, "RESTORE", "")])] == [2]
+
+
 def test_cut_prints_each_table_s_snapshot_and_what_holds_the_cut():
     from cdc.report.cut import format_text
 
     text = format_text([
-        {"source": "pg", "transaction": "571:90", "age_s": 1.25, "tables": {"s.a": 11, "s.e": None},
-         "held": {"s.b": "no commit holds all of its 2 change(s) of transaction 572:95 yet"},
-         "left_out": {"s.d": "a Delta target: the cut covers the source's Iceberg targets"}},
-        {"source": "maria", "transaction": None, "age_s": None, "tables": {}, "held": {}, "left_out": {}}])
+        {"source": "pg", "transaction": "571:90", "age_s": 1.25, "tables": {"s.a": 11, "s.d": 0, "s.e": None},
+         "versions": ["s.d"], "held": {"s.b": "no commit holds all of its 2 change(s) of transaction 572:95 yet"},
+         "left_out": {"s.f": "its target does not exist yet: `cdc register` creates it"}},
+        {"source": "maria", "transaction": None, "age_s": None, "tables": {}, "versions": [], "held": {},
+         "left_out": {}}])
     lines = text.splitlines()
     assert lines[0] == "pg: cut at transaction 571:90, 1.2 s behind the source"
-    assert "s.a" in lines[1] and "snapshot 11" in lines[1] and "- (empty)" in lines[2]
-    assert "holds the cut: no commit holds all of its 2 change(s)" in lines[3] and "not in the cut" in lines[4]
-    assert lines[5] == "maria: no cut yet"
+    assert "s.a" in lines[1] and "snapshot 11" in lines[1] and "version 0" in lines[2] and "- (empty)" in lines[3]
+    assert "holds the cut: no commit holds all of its 2 change(s)" in lines[4] and "not in the cut" in lines[5]
+    assert lines[6] == "maria: no cut yet"
