@@ -3,6 +3,7 @@ truncate, dedupe, one MERGE whose commit carries the batch's offsets (Iceberg or
 see sinks/formats.py)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from contextlib import contextmanager, nullcontext
@@ -44,6 +45,11 @@ TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: olde
 FORGET_EVERY_S = 3600  # how often a job drops the delete memory's entries past the horizon, at a batch
 FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job last dropped them (epoch ms)
 KEEP_PLANS = 16  # batch expressions a table keeps built (a change of columns or refused schemas builds others)
+# Every table's built expressions, kept for the life of the process by what they were built
+# for: a job started again in the same process (a retried table, `cdc run` called in-process)
+# builds none of them again.
+BUILT: dict[tuple, object] = {}
+KEEP_BUILT = 512
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 KEEP_HEADS = 8  # schema parts a job matches records by (a record of another is searched for its payload)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
@@ -310,15 +316,34 @@ class TableApplier:
 
     def _plan(self, found: tuple, build):
         """What `build` makes (a batch's Spark expressions, built once: each costs calls into
-        the JVM) for `found` and the table's current columns, kept between batches; the time
-        a build takes is the batch's `plan` step."""
+        the JVM) for `found` and the table's current columns, kept between batches and in
+        BUILT; the time a build takes is the batch's `plan` step."""
         found = (self.columns, *found)
         if found not in self.plans:
             if len(self.plans) >= KEEP_PLANS:
                 self.plans.clear()
-            with self.timer.step("plan"):
-                self.plans[found] = build()
+            shared = (self._built_for(), found)
+            if shared not in BUILT:
+                if len(BUILT) >= KEEP_BUILT:
+                    BUILT.clear()
+                with self.timer.step("plan"):
+                    BUILT[shared] = build()
+            self.plans[found] = BUILT[shared]
         return self.plans[found]
+
+    def _forget_plan(self, found: tuple) -> None:
+        found = (self.columns, *found)
+        self.plans.pop(found, None)
+        BUILT.pop((self._built_for(), found), None)
+
+    def _built_for(self) -> tuple:
+        """What a table's built expressions depend on beside what `_plan` is given: the
+        session, the target, the key, the source, the mode, the masking and the record limit."""
+        from pyspark import SparkContext
+
+        mask = hashlib.sha256(self.mask_key).hexdigest() if self.mask_key else None
+        return (id(SparkContext._active_spark_context), self.target_ref, self.deletes_ref, self.key, self.source_kind,
+                self.registry is None, self.mode, self.masked, mask, self.held, self.max_record_bytes)
 
     def _evolve(self, spark, table, batch: DataFrame, heads: dict[int, str] | None = None) -> dict[str, str]:
         """Design rule 7 before the batch is decoded: new source columns are added to the
@@ -582,7 +607,7 @@ class TableApplier:
             if written.reason == UNSEEN:
                 raise UnseenSchema(self.name)
             if written.reason == DECODED_COLUMNS:  # the target's schema changed: decoded anew next time
-                self.plans.pop((self.columns, *found), None)
+                self._forget_plan(found)
             return False
         stats = [PartitionStats(s["partition"], s["first"], s["last"], s["records"], s["position"], s["source_ts_ms"],
                                 s["errors"], s["deletes"], schemas=frozenset(s["schemas"]),
