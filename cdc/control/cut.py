@@ -36,18 +36,18 @@ def transaction_key(kind: str, transaction_id: str) -> str:
     return transaction_id.split(":", 1)[0] if kind == "postgresql" else transaction_id
 
 
-def transaction_end(value: bytes | None, offset: int, kind: str = "postgresql") -> Transaction | None:
-    """A record of the transaction topic (JSON, with or without the converter's schema) as a
-    Transaction when it is an END, named by `transaction_key`; None for a BEGIN. A record that
-    is neither raises DecodeError."""
+def transaction_end(value: bytes | dict | None, offset: int, kind: str = "postgresql") -> Transaction | None:
+    """A record of the transaction topic (JSON, with or without the converter's schema, or an
+    Avro record already read) as a Transaction when it is an END, named by
+    `transaction_key`; None for a BEGIN. A record that is neither raises DecodeError."""
     try:
-        doc = json.loads(value) if value is not None else None
+        doc = value if isinstance(value, dict) else json.loads(value) if value is not None else None
     except ValueError:
         doc = None
     if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
         doc = doc["payload"]
     if not isinstance(doc, dict) or doc.get("status") not in ("BEGIN", "END") or not doc.get("id"):
-        raise DecodeError(f"offset {offset} of the transaction topic is not a Debezium BEGIN or END in JSON")
+        raise DecodeError(f"offset {offset} of the transaction topic is not a Debezium BEGIN or END")
     if doc["status"] == "BEGIN":
         return None
     counts = {c["data_collection"]: int(c["event_count"]) for c in doc.get("data_collections") or ()}

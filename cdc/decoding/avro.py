@@ -9,6 +9,8 @@ becomes a text that is no envelope: it goes to the dead letters like any bad rec
 """
 from __future__ import annotations
 
+import functools
+import io
 import json
 import threading
 import time
@@ -20,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from cdc.config.clients import HttpClient, http_client
-from cdc.errors import ConfigError, DependencyError
+from cdc.errors import ConfigError, DecodeError, DependencyError
 
 HEADER_BYTES = 5
 NOT_AVRO = "not a Confluent Avro record"
@@ -72,6 +74,28 @@ class SchemaRegistry:
             if attempt + 1 < attempts:
                 sleep(1.0)
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(schema_text: str):
+    import fastavro
+
+    return fastavro.parse_schema(json.loads(schema_text))
+
+
+def record_value(value: bytes, offset: int, registry: SchemaRegistry) -> dict:
+    """One Confluent Avro record's value read by its writer schema (fastavro), for the few
+    records cdc reads in Python (the transaction topic's); `offset` names it in the error of
+    a record that is not Avro or whose schema the registry does not have."""
+    import fastavro
+
+    if value is None or len(value) < HEADER_BYTES or value[0] != 0:
+        raise DecodeError(f"offset {offset}: {NOT_AVRO}")
+    text = registry.schema(int.from_bytes(value[1:HEADER_BYTES], "big"))
+    if text is None:
+        raise DecodeError(f"offset {offset}: the schema registry has no schema "
+                          f"{int.from_bytes(value[1:HEADER_BYTES], 'big')}")
+    return fastavro.schemaless_reader(io.BytesIO(value[HEADER_BYTES:]), _parsed(text))
 
 
 def schema_id(col: str) -> SparkColumn:

@@ -8,6 +8,7 @@ the cut names (`VERSION AS OF <n>`). The cut is kept under the state directory
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import time
@@ -22,6 +23,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.control.commits import OFFSETS, parse_offsets, parse_transaction
 from cdc.control.cut import At, Mark, Outcome, TableCut, Transaction, next_cut, transaction_end
 from cdc.control.kafka import end_offsets, existing_topics, read_records, watermarks
+from cdc.decoding.avro import SchemaRegistry, record_value
 from cdc.planning.merge import table_ref
 from cdc.register.connector import topic_for, transaction_topic
 from cdc.sinks import delta
@@ -90,14 +92,14 @@ def advance(settings: Settings, source: str, tables: list[TableRegistration], ca
 
 
 def _advance(settings: Settings, source: str, tables: list[TableRegistration], catalog) -> Published:
-    if settings.sources[source].format == "avro":
-        why = "its source writes Avro: the cut reads the transaction topic in JSON"
-        return Published(source, Outcome(None, {}, {r.name: why for r in tables}), read_state(settings, source))
     kafka = kafka_access(settings)
     state = read_state(settings, source)
     existing = existing_topics(kafka)
+    avro = settings.sources[source].format == "avro"
+    read = functools.partial(record_value, registry=SchemaRegistry.of(settings)) if avro else None
     transactions = read_transactions(kafka, transaction_topic(source), existing,
-                                     None if state is None else state["offset"] + 1, settings.sources[source].kind)
+                                     None if state is None else state["offset"] + 1, settings.sources[source].kind,
+                                     read)
     left_out, loaded = {}, {}
     for r in tables:
         found = load_target(settings, r, catalog)
@@ -108,8 +110,8 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
     present = [r for r in tables if r.name in loaded]
     ends = end_offsets(kafka, [t for t in (topic_for(source, r) for r in present) if t in existing])
     known = (state or {}).get("tables", {})
-    views = [table_view(r, commits(r, loaded[r.name]), ends.get(topic_for(source, r), {}), known, state is not None)
-             for r in present]
+    views = [table_view(r, commits(r, loaded[r.name], known.get(r.name) if state else None),
+                        ends.get(topic_for(source, r), {}), known, state is not None) for r in present]
     outcome = next_cut(transactions, views)
     outcome = Outcome(outcome.cut, outcome.held, {**outcome.left_out, **left_out})
     cut, standing = outcome.cut, state
@@ -139,13 +141,19 @@ def load_target(settings: Settings, reg: TableRegistration, catalog):
     return delta.open_table(delta.location(settings, reg.target))
 
 
-def commits(reg: TableRegistration, table) -> list[Commit]:
-    """The target's line of history, oldest first."""
-    return iceberg_commits(table) if reg.sink == "iceberg" else delta_commits(table.history())
+def commits(reg: TableRegistration, table, since: int | None) -> list[Commit]:
+    """The target's line of history, oldest first: a Delta target's from version `since` (its
+    state at the last cut) when given, instead of its whole log."""
+    if reg.sink == "iceberg":
+        return iceberg_commits(table)
+    newest = table.version()
+    return delta_commits(table.history(newest - since + 1 if since is not None and 0 <= since <= newest else None))
 
 
-def read_transactions(kafka, topic: str, existing: set[str], start: int | None, kind: str) -> list[Transaction]:
-    """The ENDs of the transaction topic from offset `start` (None: its first record kept)."""
+def read_transactions(kafka, topic: str, existing: set[str], start: int | None, kind: str,
+                      read=None) -> list[Transaction]:
+    """The ENDs of the transaction topic from offset `start` (None: its first record kept);
+    `read(value, offset)` reads a record that is not JSON (an Avro source's)."""
     if topic not in existing:
         return []
     lo, hi = watermarks(kafka, topic).get(0, (0, 0))
@@ -153,7 +161,9 @@ def read_transactions(kafka, topic: str, existing: set[str], start: int | None, 
     if hi <= start:
         return []
     records = read_records(kafka, topic, {0: start}, min(hi - start, MAX_READ))[0]
-    return [t for t in (transaction_end(m.value(), m.offset(), kind) for m in records) if t]
+    values = ((m.value() if read is None or m.value() is None else read(m.value(), m.offset()), m.offset())
+              for m in records)
+    return [t for t in (transaction_end(value, offset, kind) for value, offset in values) if t]
 
 
 def table_view(reg: TableRegistration, line: list[Commit], end: dict[int, int], known: dict,

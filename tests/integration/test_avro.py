@@ -128,3 +128,34 @@ def test_a_writer_schema_the_target_cannot_take_is_a_dead_letter(aenv):
     assert "differ only by case: 'name', 'NAME'" in dead[0]["error_message"]
     names = [f.name.lower() for f in aenv.catalog.load_table(f"{s}.all_types").schema().fields]
     assert names.count("name") == 1
+
+
+def test_the_cut_of_an_avro_source_reads_its_avro_transaction_topic(aenv, capsys):
+    """`cdc cut` reads an Avro source's transaction topic by its writer schemas: a transfer
+    between two tables, applied to one, holds the cut back; applied to both, the cut is at
+    it, and the balances read at the cut's snapshots add up."""
+    s = aenv.schema
+    names = [f"{s}.debit", f"{s}.credit"]
+    for t in ("debit", "credit"):
+        aenv.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, balance int NOT NULL)')
+        aenv.sql(f'INSERT INTO "{s}".{t} SELECT g, 100 FROM generate_series(1, 3) g')
+        aenv.register_table(t)
+    assert aenv.cdc("register", "--table", names[0], "--table", names[1]) == 0
+    aenv.replicate(("debit", "credit"), aenv.marker())
+    marker = aenv.transaction(f'UPDATE "{s}".debit SET balance = balance - 40 WHERE id = 1',
+                              f'UPDATE "{s}".credit SET balance = balance + 40 WHERE id = 2')
+    aenv.replicate("debit", marker)
+
+    def cut() -> dict:
+        capsys.readouterr()
+        assert aenv.cdc("cut", "--json") == 0
+        return json.loads(capsys.readouterr().out)["sources"][0]
+
+    held = cut()
+    assert "change(s) of transaction" in held["held"][names[1]] and names[0] not in held["left_out"], held
+    aenv.replicate("credit", marker)
+    found = cut()
+    assert found["transaction"] and not found["held"] and not found["left_out"], found
+    at = {n: aenv.catalog.load_table(n).scan(snapshot_id=found["tables"][n]).to_arrow().to_pylist() for n in names}
+    assert sum(r["balance"] for rows in at.values() for r in rows) == 600
+    assert {r["id"]: r["balance"] for r in at[names[1]]}[2] == 140

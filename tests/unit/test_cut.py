@@ -102,6 +102,46 @@ def test_a_transaction_topic_record_is_an_end_with_its_counts_or_a_begin():
         transaction_end(b"\x00\x00\x00\x00\x01\xff", 6)  # Avro
 
 
+def test_an_avro_transaction_topic_record_is_read_by_its_writer_schema():
+    import io
+    import json
+
+    import fastavro
+    import pytest
+
+    from cdc.control.cut import transaction_end
+    from cdc.decoding.avro import record_value
+    from cdc.errors import DecodeError
+
+    schema = {"type": "record", "name": "TransactionMetadataValue", "namespace": "io.debezium.connector.common",
+              "fields": [{"name": "status", "type": "string"}, {"name": "id", "type": "string"},
+                         {"name": "event_count", "type": ["null", "long"], "default": None},
+                         {"name": "data_collections", "default": None, "type": ["null", {"type": "array", "items": {
+                             "type": "record", "name": "ConnectDefault", "fields": [
+                                 {"name": "data_collection", "type": "string"},
+                                 {"name": "event_count", "type": "long"}]}}]},
+                         {"name": "ts_ms", "type": "long"}]}
+
+    class Registry:  # the registry's one answer: schema 7
+        def schema(self, schema_id: int):
+            return json.dumps(schema) if schema_id == 7 else None
+
+    def framed(doc: dict, schema_id: int = 7) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), doc)
+        return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+    end = {"status": "END", "id": "571:53195832", "event_count": 3, "ts_ms": 1700,
+           "data_collections": [{"data_collection": A, "event_count": 2}, {"data_collection": B, "event_count": 1}]}
+    assert transaction_end(record_value(framed(end), 9, Registry()), 9) == Transaction("571", {A: 2, B: 1}, 1700, 9)
+    begin = {**end, "status": "BEGIN", "event_count": None, "data_collections": None}
+    assert transaction_end(record_value(framed(begin), 8, Registry()), 8) is None
+    with pytest.raises(DecodeError, match="offset 5: not a Confluent Avro record"):
+        record_value(json.dumps(end).encode(), 5, Registry())
+    with pytest.raises(DecodeError, match="no schema 8"):
+        record_value(framed(end, 8), 6, Registry())
+
+
 def commit(snapshot_id: int, offset: int, transaction: tuple[str, int] | None = None):
     """A target's commit: its id and cdc's keys on it."""
     from cdc.control.commits import summary_properties
