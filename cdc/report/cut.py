@@ -143,11 +143,16 @@ def load_target(settings: Settings, reg: TableRegistration, catalog):
 
 def commits(reg: TableRegistration, table, since: int | None) -> list[Commit]:
     """The target's line of history, oldest first: a Delta target's from version `since` (its
-    state at the last cut) when given, instead of its whole log."""
+    state at the last cut) when given, instead of its whole log; whole when a RESTORE undid
+    `since`."""
     if reg.sink == "iceberg":
         return iceberg_commits(table)
     newest = table.version()
-    return delta_commits(table.history(newest - since + 1 if since is not None and 0 <= since <= newest else None))
+    if since is not None and 0 <= since <= newest:
+        line = delta_commits(table.history(newest - since + 1))
+        if line and line[0].id == since:
+            return line
+    return delta_commits(table.history())
 
 
 def read_transactions(kafka, topic: str, existing: set[str], start: int | None, kind: str,

@@ -179,6 +179,32 @@ def test_a_delta_target_s_line_of_history_leaves_out_what_a_restore_undid():
     assert [c.id for c in delta_commits([version(1, meta="not json"), version(2, "RESTORE", "")])] == [2]
 
 
+def test_a_delta_target_s_history_is_read_from_its_version_at_the_last_cut():
+    from types import SimpleNamespace
+
+    from cdc.report.cut import commits
+
+    class Log:  # delta-rs's DeltaTable: its version, and its history newest first
+        def __init__(self, history: list[dict]):
+            self.history_read, self.log = [], history
+
+        def version(self) -> int:
+            return self.log[0]["version"]
+
+        def history(self, limit=None):
+            self.history_read.append(limit)
+            return self.log[:limit]
+
+    reg = SimpleNamespace(sink="delta")
+    merges = Log([{"version": n, "operation": "MERGE"} for n in range(9, -1, -1)])
+    assert [c.id for c in commits(reg, merges, 6)] == [6, 7, 8, 9] and merges.history_read == [4]
+    assert [c.id for c in commits(reg, merges, None)] == list(range(10)) and merges.history_read[-1] is None
+    restored = Log([{"version": 9, "operation": "RESTORE", "operationParameters": {"version": 2}},
+                    *({"version": n, "operation": "MERGE"} for n in range(8, -1, -1))])
+    assert [c.id for c in commits(reg, restored, 6)] == [0, 1, 2, 9]  # 6 undone: the whole log is read
+    assert restored.history_read == [4, None]
+
+
 def test_cut_prints_each_table_s_snapshot_and_what_holds_the_cut():
     from cdc.report.cut import format_text
 
