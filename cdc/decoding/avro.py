@@ -91,10 +91,10 @@ def record_value(value: bytes, offset: int, registry: SchemaRegistry) -> dict:
 
     if value is None or len(value) < HEADER_BYTES or value[0] != 0:
         raise DecodeError(f"offset {offset}: {NOT_AVRO}")
-    text = registry.schema(int.from_bytes(value[1:HEADER_BYTES], "big"))
+    writer = int.from_bytes(value[1:HEADER_BYTES], "big")
+    text = registry.schema(writer)
     if text is None:
-        raise DecodeError(f"offset {offset}: the schema registry has no schema "
-                          f"{int.from_bytes(value[1:HEADER_BYTES], 'big')}")
+        raise DecodeError(f"offset {offset}: the schema registry has no schema {writer}")
     return fastavro.schemaless_reader(io.BytesIO(value[HEADER_BYTES:]), _parsed(text))
 
 

@@ -44,10 +44,9 @@ from cdc.sources.types import Column, case_twins, debezium_column, reserved_name
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_S = 3600  # how often a job drops the delete memory's entries past the horizon, at a batch
 FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job last dropped them (epoch ms)
-KEEP_PLANS = 16  # batch expressions a table keeps built (a change of columns or refused schemas builds others)
 # Every table's built expressions, kept for the life of the process by what they were built
 # for: a job started again in the same process (a retried table, `cdc run` called in-process)
-# builds none of them again.
+# builds none of them again; a change of columns or refused schemas builds others.
 BUILT: dict[tuple, object] = {}
 KEEP_BUILT = 512
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
@@ -211,7 +210,6 @@ class TableApplier:
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
     heads: dict[int, str] = field(default_factory=dict, repr=False)  # schema parts by fingerprint, newest last
     forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
-    plans: dict = field(default_factory=dict, repr=False)  # `_plan`'s, by what they were built for
     compacted_at: int | None = field(default=None, repr=False)  # the target's data files after its last rewrite
     partitions: int | None = field(default=None, repr=False)  # the most the target's spec holds (read once)
     remembered_since: int = field(default=0, repr=False)  # the delete memory's inserts since the last rewrite
@@ -316,25 +314,18 @@ class TableApplier:
 
     def _plan(self, found: tuple, build):
         """What `build` makes (a batch's Spark expressions, built once: each costs calls into
-        the JVM) for `found` and the table's current columns, kept between batches and in
-        BUILT; the time a build takes is the batch's `plan` step."""
-        found = (self.columns, *found)
-        if found not in self.plans:
-            if len(self.plans) >= KEEP_PLANS:
-                self.plans.clear()
-            shared = (self._built_for(), found)
-            if shared not in BUILT:
-                if len(BUILT) >= KEEP_BUILT:
-                    BUILT.clear()
-                with self.timer.step("plan"):
-                    BUILT[shared] = build()
-            self.plans[found] = BUILT[shared]
-        return self.plans[found]
+        the JVM) for `found` and the table's current columns, kept in BUILT; the time a build
+        takes is the batch's `plan` step."""
+        built_for = (self._built_for(), self.columns, *found)
+        if built_for not in BUILT:
+            if len(BUILT) >= KEEP_BUILT:
+                BUILT.clear()
+            with self.timer.step("plan"):
+                BUILT[built_for] = build()
+        return BUILT[built_for]
 
     def _forget_plan(self, found: tuple) -> None:
-        found = (self.columns, *found)
-        self.plans.pop(found, None)
-        BUILT.pop((self._built_for(), found), None)
+        BUILT.pop((self._built_for(), self.columns, *found), None)
 
     def _built_for(self) -> tuple:
         """What a table's built expressions depend on beside what `_plan` is given: the
