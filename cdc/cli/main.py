@@ -133,6 +133,7 @@ def _capture(args) -> int:
 
 def _run(args) -> int:
     from cdc.jobs.supervisor import run
+    from cdc.report.cut import keep_advancing
 
     settings = load_settings(args.config)
     bad: list = []
@@ -146,7 +147,7 @@ def _run(args) -> int:
 
             serve(args.metrics_port)
             print(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
-        run(settings, tables, available_now=args.available_now)
+        run(settings, tables, available_now=args.available_now, cut=keep_advancing)
     if bad:  # the others ran: exit as a failed table does
         raise CdcError(f"table(s) {', '.join(b.name for b in bad)} not run: their registration does not load",
                        hint="; ".join(str(b.error).splitlines()[0] for b in bad))

@@ -390,6 +390,12 @@ class SourceSettings(Frozen):
         description="Debezium's signal table (schema.table; for MariaDB database.table), which cdc creates and "
                     "through which it asks for incremental snapshots of tables registered after the connector's "
                     "initial snapshot. Unset: `public.cdc_signal` (PostgreSQL), `<database>.cdc_signal` (MariaDB).")
+    cut_every_s: float | None = Field(
+        None, gt=0,
+        description="While `cdc run` runs a table of this source, it advances the source's consistent cut every "
+                    "this many seconds (as `cdc cut --every` does beside it), and once at the end of an "
+                    "`--available-now` run. Each move of the cut moves the `cdc_consistent` tag of every "
+                    "Iceberg target of the source (a metadata commit). Unset: only `cdc cut` advances it.")
 
     @field_validator("database", "user")
     @classmethod

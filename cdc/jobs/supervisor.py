@@ -46,10 +46,13 @@ class Supervisor:
 
     def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
                  clock=time.monotonic, lent: jobstate.Lent | None = None, starter: Queries | None = None,
-                 lag=read_lag):
+                 lag=read_lag, cut=None):
         self.spark, self.settings, self.available_now, self.lent = spark, settings, available_now, lent
         self.starter = starter or Queries(spark, settings)  # starts and stops the queries (queries.py)
         self.lag = lag  # a table's lag: (records left, offsets applied), None while unknown (watchers.py)
+        # cut(settings, sources, stop): the sources' consistent cuts advanced until `stop` is set
+        # (report/cut.py: keep_advancing, given by `cdc run`), once if it is set already
+        self.cut = cut
         self.clock = clock
         self.registrations = {t.name: t for t in tables}
         self.state = s.Supervision(set(self.registrations),
@@ -360,7 +363,15 @@ class Supervisor:
         while self.state.busy():
             self.look()
             self.progress()
+        if self.cut is not None:  # one advance of the cut, at what the run applied
+            once = threading.Event()
+            once.set()
+            self.cut(self.settings, self.cut_sources(), once)
         self.outcome()
+
+    def cut_sources(self) -> list[str]:
+        """The sources of the job's tables whose cut the job advances (`cut_every_s`)."""
+        return sorted(s for s in {t.source.name for t in self.tables.values()} if self.settings.sources[s].cut_every_s)
 
     def run_until_stopped(self) -> None:
         """Until SIGTERM/SIGINT, or until every table has failed. A failing table is retried
@@ -373,6 +384,9 @@ class Supervisor:
                 self.start_all()  # a stop signal ends the starts not yet made (`start_own`)
                 threading.Thread(target=watch_lag, daemon=True, name="cdc-lag",
                                  args=(self.settings, list(self.tables.values()), lag_stop, self.applied)).start()
+                if self.cut is not None:
+                    threading.Thread(target=self.cut, daemon=True, name="cdc-cut",
+                                     args=(self.settings, self.cut_sources(), lag_stop)).start()
                 while not self.stopping and (len(self.failed) < len(self.state.tables) or self.state.away):
                     self.look()
                 if self.stopping:
@@ -407,13 +421,14 @@ def _input_rows(progress) -> int:
     return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
 
 
-def run(settings: Settings, tables: list[TableRegistration], available_now: bool) -> None:
+def run(settings: Settings, tables: list[TableRegistration], available_now: bool, cut=None) -> None:
+    """The job of `tables` (`cut`: Supervisor's)."""
     if not tables:
         raise ApplyError("no tables are registered", hint=f"add registrations under {settings.tables_dir}/")
     names = [t.name for t in tables]
     with jobstate.exclusive(settings.state_dir, names) if available_now else \
             jobstate.lending(settings.state_dir, names) as lent:
-        supervisor = Supervisor(get_session(settings), settings, tables, available_now, lent=lent)
+        supervisor = Supervisor(get_session(settings), settings, tables, available_now, lent=lent, cut=cut)
         lineage = RunLineage(settings, tables)  # OpenLineage events, when cdc.yaml's `lineage` is on
         lineage.started()
         failed: dict[str, str] = {}

@@ -11,6 +11,7 @@ import fcntl
 import functools
 import json
 import os
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,15 +19,19 @@ from pathlib import Path
 
 from pyiceberg.exceptions import NoSuchTableError
 
+from cdc.config import load_tables
 from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control.commits import OFFSETS, parse_offsets, parse_transaction
 from cdc.control.cut import At, Mark, Outcome, TableCut, Transaction, next_cut, transaction_end
 from cdc.control.kafka import end_offsets, existing_topics, read_records, watermarks
 from cdc.decoding.avro import SchemaRegistry, record_value
+from cdc.jobs import metrics
+from cdc.log import log
 from cdc.planning.merge import table_ref
 from cdc.register.connector import topic_for, transaction_topic
 from cdc.sinks import delta
+from cdc.sinks.catalog import load_catalog
 
 TAG = "cdc_consistent"
 MAX_READ = 200_000  # records of the transaction topic read at one advance
@@ -274,3 +279,44 @@ def format_text(found: list[dict]) -> str:
         lines += [f"  {name:40} holds the cut: {why}" for name, why in sorted(r["held"].items())]
         lines += [f"  {name:40} not in the cut: {why}" for name, why in sorted(r["left_out"].items())]
     return "\n".join(lines)
+
+
+def keep_advancing(settings: Settings, sources: list[str], stop: threading.Event, clock=time.monotonic) -> None:
+    """A running job's thread: each of `sources` whose `cut_every_s` is set has its cut
+    advanced at that interval until `stop`. A round that fails is logged (once until it
+    succeeds again) and tried at the next interval; the job's tables go on either way."""
+    every = {s: settings.sources[s].cut_every_s for s in sources if settings.sources[s].cut_every_s}
+    if not every:
+        return
+    due, opened, failing = dict.fromkeys(every, clock()), {}, {}
+    while True:
+        for source in sorted(every):
+            if clock() >= due[source]:
+                advance_logged(settings, source, opened, failing)
+                due[source] = clock() + every[source]
+        if stop.wait(max(0.0, min(due.values()) - clock())):
+            return
+
+
+def advance_logged(settings: Settings, source: str, opened: dict, failing: dict[str, str]) -> Published | None:
+    """`advance` over every registered table of the source, its age as the metric
+    `cdc_consistent_cut_age_seconds`; None when it failed (`failing`: the error each failing
+    source last logged). `opened` keeps the catalog between calls."""
+    try:
+        if "catalog" not in opened:
+            opened["catalog"] = load_catalog(settings)
+        tables = [t for t in load_tables(settings) if t.source.name == source]
+        published = advance(settings, source, tables, opened["catalog"])
+    except Exception as e:  # noqa: BLE001 - a cut that cannot move now must not stop the job's tables
+        message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        if failing.get(source) != message:
+            log(f"the consistent cut of source {source} could not advance: {message}; tried again at the next "
+                f"interval", event="cut-failed", level="warning", source=source, error=message)
+        failing[source] = message
+        return None
+    if failing.pop(source, None) is not None:
+        log(f"the consistent cut of source {source} advances again", event="cut-resumed", source=source)
+    ts = (published.standing or {}).get("ts_ms")
+    if ts:
+        metrics.CUT_AGE.labels(source).set(max(0.0, time.time() - ts / 1000))
+    return published

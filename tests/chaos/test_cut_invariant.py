@@ -1,7 +1,7 @@
 """The consistent cut under load: transfers between accounts of two tables of one source,
 with accounts opened and closed, while `cdc run` applies them (the tables in queries of
-their own, which commit apart, then in one shared query) and is killed at random moments,
-and a reader polls the cut. At every cut it reads, both invariants hold: the balance of
+their own, which commit apart, then in one shared query), advances their cut itself
+(`cut_every_s`) and is killed at random moments, and a reader polls the cut. At every cut it reads, both invariants hold: the balance of
 all accounts, and each transaction in both tables or in neither (each adds to the `moved`
 count of both tables alike). The latest snapshots, read alike, break them at least once,
 so the check can fail. The cut advances under load, and at the end it holds the source's
@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from cdc.config import load_tables
-from cdc.report.cut import advance
+from cdc.report.cut import advance, read_state
 from tests.chaos.test_chaos import kill
 from tests.conftest import _cleanup, interrupt, postgres_env
 from tests.eventually import eventually
@@ -107,7 +107,8 @@ def whole(found: tuple[int, int, int]) -> bool:
 
 
 class Reader(threading.Thread):
-    """Advances and reads the cut every second; reads the latest snapshots alike."""
+    """Reads the cut that the running job advances (`cut_every_s`) every second; reads the
+    latest snapshots alike."""
 
     def __init__(self, env, tables):
         super().__init__(daemon=True)
@@ -120,7 +121,7 @@ class Reader(threading.Thread):
         env, names = self.env, [t.name for t in self.tables]
         try:
             while not self.stop.wait(1.0):
-                standing = advance(env.settings, env.source, self.tables, env.catalog).standing
+                standing = read_state(env.settings, env.source)
                 if standing and standing.get("transaction"):
                     self.cuts.append((standing["transaction"], standing["tables"], balances(env, standing["tables"])))
                 latest = {n: env.catalog.load_table(n).current_snapshot().snapshot_id for n in names}
@@ -137,6 +138,7 @@ def test_every_cut_read_under_load_and_kills_holds_each_transaction_whole(bank, 
     for shared in (False, True):  # queries of their own: the tables commit apart; one shared
         doc = yaml.safe_load(env.config.read_text())
         doc["spark"]["shared_query"] = shared
+        doc["sources"][env.source]["cut_every_s"] = 0.5  # the job advances the cut
         configs.append(tmp_path / f"shared_{shared}.yaml")
         configs[-1].write_text(yaml.safe_dump(doc))
     tables = load_tables(env.settings, [f"{s}.*"])

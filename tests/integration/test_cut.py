@@ -2,12 +2,14 @@
 Iceberg target (checking) and a Delta one (savings), one applied ahead of the other. The
 latest commits break the invariant (a transfer debited and not yet credited); the cut `cdc
 cut` publishes never does, read back through pyiceberg and delta-rs at the snapshot and the
-version it names, and through Spark at the `cdc_consistent` tag and that version."""
+version it names, and through Spark at the `cdc_consistent` tag and that version. A job
+whose source sets `cut_every_s` moves the cut itself."""
 from __future__ import annotations
 
 import json
 
 import pytest
+import yaml
 
 from tests.conftest import _cleanup, postgres_env
 
@@ -105,3 +107,18 @@ def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(ba
     text = capsys.readouterr().out
     assert f"cut at transaction {moved['transaction']}" in text and names[0] in text
     assert f"version {moved['tables'][names[1]]}" in text
+    # A job whose source sets `cut_every_s` moves the cut itself: at the end of an --available-now run.
+    from cdc.report.cut import read_state
+    from tests.conftest import cdc_main
+
+    marker = transfer(env, 10, 4, 5)
+    env.wait_captured(marker)
+    doc = yaml.safe_load(env.config.read_text())
+    doc["sources"][env.source]["cut_every_s"] = 60
+    config = env.config.with_name("cut_every.yaml")
+    config.write_text(yaml.safe_dump(doc))
+    assert cdc_main(["--config", str(config), "run", "--available-now", "--table", names[0], "--table", names[1]]) == 0
+    standing = read_state(env.settings, env.source)
+    assert standing["transaction"] != moved["transaction"] and standing["tables"] == latest(env), standing
+    assert total_at(env, standing["tables"]) == TOTAL
+    assert env.catalog.load_table(names[0]).metadata.refs["cdc_consistent"].snapshot_id == standing["tables"][names[0]]

@@ -87,7 +87,7 @@ def test_table_selections_reach_the_command(project, monkeypatch):
     import cdc.jobs.supervisor
 
     seen = []
-    monkeypatch.setattr(cdc.jobs.supervisor, "run", lambda settings, tables, available_now: seen.append(
+    monkeypatch.setattr(cdc.jobs.supervisor, "run", lambda settings, tables, available_now, cut: seen.append(
         [t.name for t in tables]))
     assert main(["run", "--table", "shop.*", "--table", "crm.people"]) == 0
     assert main(["run", "--available-now"]) == 0

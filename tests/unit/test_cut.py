@@ -219,3 +219,32 @@ def test_cut_prints_each_table_s_snapshot_and_what_holds_the_cut():
     assert "s.a" in lines[1] and "snapshot 11" in lines[1] and "version 0" in lines[2] and "- (empty)" in lines[3]
     assert "holds the cut: no commit holds all of its 2 change(s)" in lines[4] and "not in the cut" in lines[5]
     assert lines[6] == "maria: no cut yet"
+
+
+def test_a_running_job_s_cut_that_cannot_advance_is_logged_once_and_tried_again(tmp_path, monkeypatch, capsys):
+    """`cdc run`'s thread (`cut_every_s`): a round that fails is a warning, once until it
+    succeeds, and the thread goes on; a source without `cut_every_s` is not advanced."""
+    import threading
+
+    from cdc.config import load_settings
+    from cdc.report.cut import advance_logged, keep_advancing
+
+    monkeypatch.setenv("CDC_TEST_PW", "s3cret")
+    (tmp_path / "cdc.yaml").write_text(
+        "sources:\n  pg: {database: app, user: repl, password: '${CDC_TEST_PW}', cut_every_s: 0.5}\n"
+        "  quiet: {database: app, user: repl, password: '${CDC_TEST_PW}'}\n"
+        "tables_dir: tables\n")
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "shop.orders.yaml").write_text("name: shop.orders\nsource: {schema: public}\n")
+    settings = load_settings(tmp_path / "cdc.yaml")
+    opened, failing = {"catalog": None}, {}  # the registrations fail to load before the catalog is read
+    assert advance_logged(settings, "pg", opened, failing) is None
+    assert advance_logged(settings, "pg", opened, failing) is None
+    assert "shop.orders" in failing["pg"]
+    stop = threading.Event()
+    stop.set()  # one round, then the stop is seen
+    keep_advancing(settings, ["pg", "quiet"], stop)
+    keep_advancing(settings, ["quiet"], stop)  # nothing to advance: returns at once
+    err = capsys.readouterr().err
+    assert err.count("the consistent cut of source pg could not advance") == 2, err  # once per `failing`
+    assert "source quiet" not in err
