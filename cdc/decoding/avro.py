@@ -126,13 +126,16 @@ def _as_envelope(col: str, schemas: dict[int, str]) -> SparkColumn:
             .otherwise(F.lit(NOT_AVRO)))
 
 
-def to_json_envelopes(batch: DataFrame, registry: SchemaRegistry, refused=()) -> DataFrame:
-    """The batch with `key` and `value` as JSON envelopes (text), decoded per writer schema,
-    and the value's writer schema id as VALUE_SCHEMA_ID. The values of a `refused` schema
-    are not decoded (their records are dead letters)."""
-    schemas = {sid: text for sid in sorted(batch_schema_ids(batch)) if (text := registry.schema(sid)) is not None}
-    values = {sid: text for sid, text in schemas.items() if sid not in refused}
-    return (batch.withColumn(VALUE_SCHEMA_ID, schema_id("value")).withColumn("key", _as_envelope("key", schemas))
+def batch_schemas(batch: DataFrame, registry: SchemaRegistry) -> dict[int, str]:
+    """The writer schemas (id: text) of the batch's keys and values that the registry has."""
+    return {sid: text for sid in sorted(batch_schema_ids(batch)) if (text := registry.schema(sid)) is not None}
+
+
+def as_envelopes(batch: DataFrame, keys: dict[int, str], values: dict[int, str]) -> DataFrame:
+    """The batch with `key` and `value` as JSON envelopes (text), decoded by the writer
+    schemas given for each (id: text; a record of another id is NOT_AVRO), and the value's
+    writer schema id as VALUE_SCHEMA_ID; no Spark action."""
+    return (batch.withColumn(VALUE_SCHEMA_ID, schema_id("value")).withColumn("key", _as_envelope("key", keys))
             .withColumn("value", _as_envelope("value", values)))
 
 

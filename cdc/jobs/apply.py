@@ -209,6 +209,11 @@ class TableApplier:
     # only those is decoded without a scan.
     schemas: dict[int, str | None] = field(default_factory=dict, repr=False)
     heads: dict[int, str] = field(default_factory=dict, repr=False)  # schema parts by fingerprint, newest last
+    # An Avro topic's writer schemas of keys and values this process decoded (id: text), and
+    # its value schemas judged (id: why the target refuses one, or None): a batch of those
+    # alone may be decoded and written by the direct path's one task.
+    avro_schemas: dict[int, str] = field(default_factory=dict, repr=False)
+    avro_judged: dict[int, str | None] = field(default_factory=dict, repr=False)
     forget_due: float | None = field(default=None, repr=False)  # epoch s (None: read from the memory)
     compacted_at: int | None = field(default=None, repr=False)  # the target's data files after its last rewrite
     partitions: int | None = field(default=None, repr=False)  # the most the target's spec holds (read once)
@@ -274,6 +279,9 @@ class TableApplier:
                     return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
                 except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
                     pass
+        elif self.avro_judged and self._direct_batch(spark, table, records, summary, committed, skip, planned,
+                                                     batch_id):  # Avro: writer schemas this process judged
+            return
         with self.timer.step("schema"):
             refused = self._evolve(spark, table, batch)
         self._decode_and_apply(spark, table, batch, summary, committed, batch_id, refused)
@@ -287,7 +295,9 @@ class TableApplier:
             known = refused if refused is not None else {k: v for k, v in self.schemas.items() if v}
             envelopes = batch
         else:
-            known, envelopes = refused or {}, avro.to_json_envelopes(batch, self.registry, refused)
+            known, schemas = refused or {}, avro.batch_schemas(batch, self.registry)
+            envelopes = avro.as_envelopes(batch, schemas, {k: v for k, v in schemas.items() if k not in known})
+            self.avro_schemas = dict(list({**self.avro_schemas, **schemas}.items())[-KEEP_SCHEMAS:])
         events = self._decoder(known, refused is None, "headers" in envelopes.columns)(envelopes)
         if self.held:
             events = events.where(f"NOT coalesce({self.held}, FALSE)")
@@ -359,6 +369,8 @@ class TableApplier:
         judged = {schema: refused.get(schema) for schema, _ in found}
         if self.registry is None and judged.keys() - self.schemas.keys():  # the target has their columns now
             self.schemas = dict(list({**self.schemas, **judged}.items())[-KEEP_SCHEMAS:])
+        elif self.registry is not None:
+            self.avro_judged = dict(list({**self.avro_judged, **judged}.items())[-KEEP_SCHEMAS:])
         return refused
 
     def _learn_heads(self, heads: dict[int, str]) -> None:
@@ -577,12 +589,13 @@ class TableApplier:
         takes (`planned`: the records the batch was planned with, None if unknown) or holds
         decoded (`direct_bytes`), a target or a mode the direct path does not write, a plan
         that says otherwise."""
-        if (not self.direct_writes or self.mode != "upsert" or self.registry is not None or self.held
-                or not table.has_direct_path or (planned or 0) > self.direct_records):
+        if (not self.direct_writes or self.mode != "upsert" or self.held or not table.has_direct_path
+                or (planned or 0) > self.direct_records):
             return False
-        known = {k: v for k, v in self.schemas.items() if v}
+        known = {k: v for k, v in (self.schemas if self.registry is None else self.avro_judged).items() if v}
         headers = "headers" in records.columns
-        found = ("direct", tuple(sorted(known.items())), headers, tuple(self.heads), records.schema.json())
+        found = ("direct", tuple(sorted(known.items())), headers, tuple(self.heads), records.schema.json(),
+                 tuple(sorted(self.avro_schemas)), tuple(sorted(self.avro_judged)))
         decoder = self._plan(found, lambda: self._direct_decoding(spark, records.schema, known, headers))
         if decoder is None:
             return False
@@ -639,6 +652,9 @@ class TableApplier:
         """The table's decoding of the Kafka source's rows of `raw_schema` with the columns of the
         stats `_direct_batch` reads, kept for its batches (sinks/direct.py's `decoding`)."""
         template = spark.createDataFrame(spark.sparkContext.emptyRDD(), raw_schema)
+        if self.registry is not None:  # Avro: by the writer schemas judged; a record of another is bad (a query)
+            takeable = {k: v for k, v in self.avro_schemas.items() if k in self.avro_judged and not self.avro_judged[k]}
+            template = avro.as_envelopes(template, self.avro_schemas, takeable)
         events = mask_columns(self._decoder(refused, True, headers)(template), self.masked, self.mask_key)
         toast = toastable(self.columns, self.key)
         lacking = reduce(lambda a, b: a | b, [F.col(f"_unavailable_{i}") for i in range(len(toast))], F.lit(False))

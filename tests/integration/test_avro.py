@@ -159,3 +159,28 @@ def test_the_cut_of_an_avro_source_reads_its_avro_transaction_topic(aenv, capsys
     at = {n: aenv.catalog.load_table(n).scan(snapshot_id=found["tables"][n]).to_arrow().to_pylist() for n in names}
     assert sum(r["balance"] for rows in at.values() for r in rows) == 600
     assert {r["id"]: r["balance"] for r in at[names[1]]}[2] == 140
+
+
+def test_batches_of_writer_schemas_the_job_judged_are_written_by_one_task(aenv, capsys):
+    """Once a job has judged and decoded a table's writer schemas (its first batch, through a
+    query), its later batches of those schemas alone are decoded and written by the direct
+    path's one task, as JSON ones are; every type still equals the source."""
+    s = aenv.schema
+    aenv.replicate("all_types", aenv.marker())  # what earlier tests left
+    aenv.register_table("all_types", options={"max_offsets_per_trigger": 3})  # several batches in one run
+    try:
+        marker = None
+        for i in range(9):
+            marker = aenv.transaction(f'UPDATE "{s}".all_types SET name = \'batch {i}\', amount = {i}.5 '
+                                      f'WHERE id = {100 + i % 5}')
+        aenv.transaction(f'DELETE FROM "{s}".all_types WHERE id = 104')
+        capsys.readouterr()
+        aenv.replicate("all_types", marker)
+        applied = [line for line in capsys.readouterr().err.splitlines() if " applied in " in line]
+    finally:
+        aenv.register_table("all_types")
+    assert len(applied) >= 3, applied
+    assert "schema" in applied[0] and "decode" in applied[0], applied  # the first: judged, decoded by a query
+    direct = [line for line in applied[1:] if "direct" in line and "direct refused" not in line and "decode" not in line]
+    assert len(direct) == len(applied) - 1, applied
+    assert aenv.assert_equal("all_types", float32=FLOAT32) == 31
