@@ -20,7 +20,9 @@ bottleneck; freshness and bootstrap go through the real connector. Sections:
   `small_batch_run_s`, the whole `cdc run --available-now` around it.
 - avro: `apply_avro_events_per_s`, the apply section's backlog in Confluent's Avro wire
   format (recorded from the connector writing Avro through the stack's schema registry),
-  and `apply_avro_vs_json`.
+  and `apply_avro_vs_json`; then the steady section over the same Avro events
+  (`steady_avro_cpu_s_per_batch` and the rest, `steady_avro_vs_json_cpu` over the steady
+  section's CPU a batch).
 - peers: Delta Lake MERGE and pyiceberg upsert on the same batch and table,
   `cdc_vs_delta_merge` and `cdc_vs_pyiceberg_upsert` (time ratios, ours over theirs).
 - read: read time after a long run of small batches, without and with `cdc maintain`.
@@ -65,7 +67,7 @@ from cdc.stack.manager import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECTIONS = ("apply", "avro", "peers", "read", "bootstrap", "backlog", "steady", "freshness", "cut", "tables")
+SECTIONS = ("apply", "peers", "read", "bootstrap", "backlog", "steady", "avro", "freshness", "cut", "tables")
 SIZES = {
     "quick": {"small": 100_000, "big": 1_000_000, "changes": 100_000, "read_rows": 100_000, "read_batches": 40,
               "read_batch_events": 2_500, "bootstrap_rows": 200_000, "backlog": 500_000, "freshness_rate": 2_000, "freshness_s": 60,
@@ -75,7 +77,7 @@ SIZES = {
              "steady_warm_up_s": 60, "steady_s": 300, "tables": 100, "tables_rate": 2_000, "tables_s": 180},
 }
 # the sizes each section runs at (a section run alone leaves the others' recorded sizes)
-SECTION_SIZES = {"apply": ("small", "big", "changes"), "avro": ("small", "changes"), "peers": ("small", "changes"),
+SECTION_SIZES = {"apply": ("small", "big", "changes"), "avro": ("small", "changes", "steady_warm_up_s", "steady_s"), "peers": ("small", "changes"),
                  "read": ("read_rows", "read_batches", "read_batch_events"), "bootstrap": ("bootstrap_rows",),
                  "backlog": ("backlog", "small"), "steady": ("steady_warm_up_s", "steady_s"),
                  "freshness": ("freshness_rate", "freshness_s"), "cut": ("freshness_rate", "freshness_s"),
@@ -150,7 +152,8 @@ def main() -> int:
         if section == "apply":
             figures, small = apply.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
         elif section == "avro":
-            figures = avro.measure(spark, settings, catalog, template, sizes, results.get("apply_events_per_s"))
+            figures = avro.measure(spark, settings, catalog, template, sizes, results.get("apply_events_per_s"),
+                                   results.get("steady_cpu_s_per_batch"))
         elif section == "peers":
             figures = peers.measure(spark, settings, catalog, template, small, settings.state_dir / "bench" / "peers",
                                     sizes)
@@ -163,7 +166,7 @@ def main() -> int:
             figures = backlog.measure(spark, settings, catalog, template, key_doc, value_doc, sizes,
                                       results.get("append_limit_events_per_s"))
         elif section == "steady":
-            figures = steady.measure(spark, settings, catalog, template, key_doc, value_doc, sizes)
+            figures = steady.measure(spark, settings, catalog, template, Events(key_doc, value_doc), sizes)
         elif section == "freshness":
             figures = freshness.measure(settings, catalog, sizes["freshness_rate"], sizes["freshness_s"])
         elif section == "cut":

@@ -10,9 +10,10 @@ import struct
 
 import fastavro
 
+from bench import steady
 from bench.ladder import ONE_BATCH
 from bench.workload import Events, changes, fill, produce, recorded_update, registration, timed
-from cdc.decoding.avro import SchemaRegistry
+from cdc.decoding.avro import SchemaRegistry, record_value
 from cdc.jobs.supervisor import run
 
 AVRO_SOURCE = "bench_avro"  # the first source again, its connector writing Avro through the schema registry
@@ -60,9 +61,12 @@ def _write(schema_id: int, schema: dict, doc: dict) -> bytes:
     return b"\x00" + struct.pack(">I", schema_id) + body.getvalue()
 
 
-def measure(spark, settings, catalog, template, sizes: dict, json_events_per_s: float | None) -> dict:
+def measure(spark, settings, catalog, template, sizes: dict, json_events_per_s: float | None,
+            json_steady_cpu_s: float | None = None) -> dict:
     """`apply_avro_events_per_s` (the better of two runs), and `apply_avro_vs_json`
-    against the apply section's `apply_events_per_s` (`json_events_per_s`)."""
+    against the apply section's `apply_events_per_s` (`json_events_per_s`); then the steady
+    section over the same Avro events (`steady_avro_*`), and `steady_avro_vs_json_cpu`
+    against its `steady_cpu_s_per_batch` (`json_steady_cpu_s`)."""
     if not settings.registry_url:
         raise RuntimeError("the avro section needs a schema registry: stack.registry_port or schema_registry.url")
     settings = avro_settings(settings)
@@ -81,4 +85,9 @@ def measure(spark, settings, catalog, template, sizes: dict, json_events_per_s: 
     figures = {"apply_avro_events_per_s": round(n / min(times))}
     if json_events_per_s:
         figures["apply_avro_vs_json"] = round(figures["apply_avro_events_per_s"] / json_events_per_s, 3)
+    figures.update(steady.measure(spark, settings, catalog, template, events, sizes, "steady_avro",
+                                  lambda value, offset: record_value(value, offset, registry)["source"]["ts_ms"],
+                                  source=AVRO_SOURCE))
+    if json_steady_cpu_s:
+        figures["steady_avro_vs_json_cpu"] = round(figures["steady_avro_cpu_s_per_batch"] / json_steady_cpu_s, 3)
     return figures

@@ -132,10 +132,15 @@ def commit_times(catalog, reg, topic: str) -> list[tuple[int, dict[int, int]]]:
     return out
 
 
+def json_source_ms(value: bytes, offset: int) -> int:
+    """A JSON change event's source commit time (its `source.ts_ms`)."""
+    return json.loads(value)["payload"]["source"]["ts_ms"]
+
+
 def latencies(settings, topic: str, start: dict[int, int], snapshots, since_ms: float,
-              timeout_s: float = 300) -> list[float]:
+              timeout_s: float = 300, source_ms_of=json_source_ms) -> list[float]:
     """Seconds from source commit to visible, for each change event from `start` whose
-    source commit is at or after `since_ms`."""
+    source commit is at or after `since_ms` (`source_ms_of(value, offset)`: another format's)."""
     end = {p: hi for p, (_, hi) in watermarks(kafka_access(settings), topic).items()}
     consumer = Consumer(kafka_access(settings).client(**{"group.id": "cdc-bench-freshness",
                          "enable.auto.commit": False}))
@@ -151,7 +156,7 @@ def latencies(settings, topic: str, start: dict[int, int], snapshots, since_ms: 
             left -= 1
             if msg.error() or msg.value() is None:
                 continue
-            source_ms = json.loads(msg.value())["payload"]["source"]["ts_ms"]
+            source_ms = source_ms_of(msg.value(), msg.offset())
             if source_ms < since_ms:
                 continue
             visible = next(ts for ts, offsets in snapshots if offsets.get(msg.partition(), 0) > msg.offset())

@@ -15,7 +15,7 @@ import time
 
 from confluent_kafka import Producer
 
-from bench.freshness import Driver, commit_times, latencies, wait_applied
+from bench.freshness import Driver, commit_times, json_source_ms, latencies, wait_applied
 from bench.tables import compiler_seconds, cpu_seconds
 from bench.workload import Events, changes, fill, jvm_pid, registration
 from cdc.config.clients import kafka_access
@@ -66,10 +66,14 @@ class Trickle(Driver):
             time.sleep(max(0.0, started + tick * self.interval - time.time()))
 
 
-def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict) -> dict:
-    reg = registration(settings, "steady")
+def measure(spark, settings, catalog, template, events: Events, sizes: dict, name: str = "steady",
+            source_ms_of=json_source_ms, **registered) -> dict:
+    """The section's figures, named `<name>_...` (`commit_cpu_s` for "steady"), over change
+    events made by `events` (the avro section gives its own, in Avro's wire format, and
+    `source_ms_of`, how to read their source time) into a registration with `registered`."""
+    reg = registration(settings, name, **registered)
     topic = fill(spark, settings, catalog, reg, template, ROWS)
-    stream = iter(changes(Events(key_doc, value_doc), ROWS, 1 << 40, seed=11))
+    stream = iter(changes(events, ROWS, 1 << 40, seed=11))
     load = Trickle(settings, catalog, reg, topic, stream, sizes["steady_warm_up_s"], sizes["steady_s"],
                    jvm_pid(spark))
     load.start()
@@ -82,16 +86,16 @@ def measure(spark, settings, catalog, template, key_doc, value_doc, sizes: dict)
     batches = sum(1 for ms, _ in times if began <= ms < ended)
     compactions = sum(1 for s in catalog.load_table(reg.target).snapshots()
                       if s.summary.operation.value == "replace" and began <= s.timestamp_ms < ended)
-    values = latencies(settings, topic, load.offsets, times, began)
+    values = latencies(settings, topic, load.offsets, times, began, source_ms_of=source_ms_of)
     p = statistics.quantiles(values, n=100)
     cpu, jit = load.cpu_s / max(batches, 1), load.jit_s / max(batches, 1)
     commit_s, commits = load.commits
     commit_cpu = round(commit_s / commits, 3) if commits else None
-    print(f"steady: {batches} batches of about {EVENTS_PER_BATCH} changes in {(ended - began) / 1000:.0f}s, "
+    print(f"{name}: {batches} batches of about {EVENTS_PER_BATCH} changes in {(ended - began) / 1000:.0f}s, "
           f"{cpu:.2f} CPU seconds each (the JIT {jit:.2f}), {compactions} rewrites of small files; "
           f"{commits} direct commits of {commit_cpu} CPU seconds each; "
           f"freshness p50 {p[49]:.2f}s, p95 {p[94]:.2f}s", flush=True)
-    return {"steady_batches": batches, "steady_cpu_s_per_batch": round(cpu, 2),
-            "steady_jit_s_per_batch": round(jit, 2), "steady_compactions": compactions,
-            "steady_direct_commits": commits, "commit_cpu_s": commit_cpu,
-            "steady_freshness_p50_s": round(p[49], 2), "steady_freshness_p95_s": round(p[94], 2)}
+    return {f"{name}_batches": batches, f"{name}_cpu_s_per_batch": round(cpu, 2),
+            f"{name}_jit_s_per_batch": round(jit, 2), f"{name}_compactions": compactions,
+            f"{name}_direct_commits": commits, "commit_cpu_s" if name == "steady" else f"{name}_commit_cpu_s": commit_cpu,
+            f"{name}_freshness_p50_s": round(p[49], 2), f"{name}_freshness_p95_s": round(p[94], 2)}

@@ -166,7 +166,6 @@ def test_batches_of_writer_schemas_the_job_judged_are_written_by_one_task(aenv, 
     query), its later batches of those schemas alone are decoded and written by the direct
     path's one task, as JSON ones are; every type still equals the source."""
     s = aenv.schema
-    aenv.replicate("all_types", aenv.marker())  # what earlier tests left
     aenv.register_table("all_types", options={"max_offsets_per_trigger": 3})  # several batches in one run
     try:
         marker = None
