@@ -1,9 +1,9 @@
 """The consistent cut under load: transfers between accounts of two tables of one source,
 with accounts opened and closed, while `cdc run` applies them (the tables in queries of
 their own, which commit apart, then in one shared query), advances their cut itself
-(`cut_every_s`) and is killed at random moments, and a reader polls the cut. At every cut it reads, both invariants hold: the balance of
-all accounts, and each transaction in both tables or in neither (each adds to the `moved`
-count of both tables alike). The latest snapshots, read alike, break them at least once,
+(`cut_every_s`) and is killed at random moments, and a reader polls the cut. At every cut
+it reads, both invariants hold: the balance of all accounts, and each transaction in both
+tables or in neither (each adds to the `moved` count of both tables alike). The latest snapshots, read alike, break them at least once,
 so the check can fail. The cut advances under load, and at the end it holds the source's
 last transaction and the targets equal the source.
 
