@@ -1,5 +1,7 @@
-"""Reading a source table with Spark's JDBC reader, in parallel, inside an exported
-PostgreSQL snapshot: every reader connection imports it before its first query."""
+"""Reading a source table with Spark's JDBC reader: a PostgreSQL table in parallel, inside
+an exported snapshot every reader connection imports before its first query; a MariaDB
+table on one connection, in one consistent snapshot (MariaDB shares none between
+connections)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +13,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import SourceError
 from cdc.planning.bootstrap import ROW_POSITION, Chunk
 from cdc.planning.sql import q
-from cdc.sources import postgres
+from cdc.sources import mariadb, password, postgres
 from cdc.sources.types import Column
 
 SNAPSHOT_NAME = re.compile(r"^[0-9A-Fa-f-]+$")
@@ -53,6 +55,24 @@ def read_chunk(spark, settings: Settings, reg: TableRegistration, columns: tuple
         row = f"ROW({', '.join(postgres.ident(k) for k in key)})::text"
         predicates = [f"(hashtext({row}) & 2147483647) % {partitions} = {i}" for i in range(partitions)]
     return spark.read.jdbc(url, query, predicates=predicates, properties=opts)
+
+
+def read_mariadb_snapshot(spark, settings: Settings, reg: TableRegistration,
+                          columns: tuple[Column, ...]) -> DataFrame:
+    """A MariaDB table's rows in their wire form, read in one consistent-snapshot
+    transaction, with the binary log position it reflects (sources/mariadb.py:
+    snapshot_query). Spark may read it again: checkpoint it before reading it twice."""
+    src = settings.sources[reg.source.name]
+    opts = {
+        "driver": "org.mariadb.jdbc.Driver",
+        "user": src.user,
+        "password": password(settings, src, reg.source.name),
+        "fetchsize": str(FETCH_SIZE),
+        "sessionInitStatement": "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+    }
+    # The jdbc:mysql scheme gives Spark's MySQL dialect (backquoted names); the MariaDB driver takes it.
+    url = f"jdbc:mysql://{src.host}:{src.port}/{src.database}?permitMysqlScheme"
+    return spark.read.jdbc(url, f"({mariadb.snapshot_query(reg, columns)}) AS cdc_snapshot", properties=opts)
 
 
 def as_target_rows(df: DataFrame, columns: tuple[Column, ...], taken_at, strict: bool = True,

@@ -10,7 +10,6 @@ import uuid
 from contextlib import contextmanager
 
 from pyiceberg.exceptions import NoSuchTableError
-from pyspark.sql import functions as F
 
 from cdc import errors
 from cdc.config.loader import InvalidRegistration
@@ -18,17 +17,17 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.log import log
 from cdc.planning.position import after_count
 from cdc.planning.protect import target_mask_key
-from cdc.planning.sql import q
 from cdc.register.capture import source_capture
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.report import document, history
+from cdc.report.deep_reads import DeepReads
 from cdc.planning.drift import differences
 from cdc.report.status import table_status
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.found import found_target
 from cdc.sinks.iceberg import live_rows_filter
-from cdc.sources import module_of, postgres
+from cdc.sources import module_of
 
 OK, DRIFT, IN_FLIGHT, CAPTURE_STOPPED, INVALID = "OK", "DRIFT", "IN-FLIGHT", "CAPTURE-STOPPED", "INVALID"
 PROGRESS_EVERY_S = 10  # how often a table still in flight logs what it waits for
@@ -44,17 +43,17 @@ def verdict(source_rows: int, target_rows: int | None, caught_up: bool, target_p
 
 
 @contextmanager
-def _source_count(settings: Settings, reg: TableRegistration, deep: bool):
+def _source_count(settings: Settings, reg: TableRegistration, deep):
     """Rows of the source table and the log position they reflect, in one snapshot (held
-    open while the block runs with `deep`, to be read again); then a marker transaction
+    while the block runs with `deep`, its rows to be compared); then a marker transaction
     (Debezium's `log` signal): once the connector has captured it, every change the count
-    reflects is in Kafka. Yields (rows, position, position text, marker, snapshot or None)."""
+    reflects is in Kafka. Yields (rows, position, position text, marker, held rows or None)."""
     kind = module_of(settings, reg.source.name)
-    if deep:
-        with postgres.counted_snapshot(settings, reg) as (rows, position, shown, snapshot):
+    if deep is not None:
+        with deep.held(reg) as (rows, position, shown, held):
             with kind.connect(settings, reg.source.name) as conn:
                 marker = kind.write_marker(conn, settings.sources[reg.source.name].signal_table)
-            yield rows, position, shown, marker, snapshot
+            yield rows, position, shown, marker, held
         return
     with kind.connect(settings, reg.source.name) as conn:
         rows, position, shown = kind.count_at_position(conn, reg)
@@ -82,12 +81,11 @@ def _target_count(settings: Settings, catalog, reg: TableRegistration, snapshot_
 def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration,
                     wait_s: float, deep=None, clock=time.monotonic, sleep=time.sleep,
                     capture: dict | None = None) -> dict:
-    """One table's row. `deep(reg, snapshot, target_snapshot_id)`, when given, compares the
-    rows themselves once the target has caught up. `capture` (register/capture.py): its
+    """One table's row. `deep` (report/deep_reads.py), when given, compares the rows
+    themselves once the target has caught up. `capture` (register/capture.py): its
     source's; a source that does not capture is reported at once, without waiting."""
     stopped = capture is not None and not capture["capturing"]
-    deep_reads = deep is not None and settings.sources[reg.source.name].kind == "postgresql"
-    with _source_count(settings, reg, deep_reads) as (source_rows, source_position, shown, marker, snapshot):
+    with _source_count(settings, reg, deep) as (source_rows, source_position, shown, marker, held):
         deadline, shown_at = clock() + wait_s, clock()
         while True:
             # The marker first: once it is captured, the lag read next covers every change counted.
@@ -119,12 +117,9 @@ def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: Tab
         if stopped:
             row["status"], row["reason"] = CAPTURE_STOPPED, capture["reason"]
             return row
-        if deep is not None and not deep_reads:
-            row["deep"] = {"compared": False, "reason": f"--deep reads PostgreSQL sources only; source "
-                           f"{reg.source.name} is {settings.sources[reg.source.name].kind}: compared by row count"}
-        elif deep is not None:
-            if caught_up and not past and target_rows is not None:
-                found = deep(reg, snapshot, status.get("snapshot_id"))
+        if deep is not None:
+            if caught_up and not past and held is not None:
+                found = deep.compare(reg, held, status.get("snapshot_id"))
                 row["deep"] = {"compared": True, **found}
                 row["status"] = DRIFT if differences(found) else state
             else:
@@ -140,7 +135,7 @@ def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float
     """Every table's row; the run is appended to the history table."""
     catalog = load_catalog(settings)
     client = ConnectClient.of(settings)
-    compare_rows = deep_compare(settings, limit) if deep else None
+    compare_rows = DeepReads(settings, catalog, limit) if deep else None
     for reg in tables if deep else []:  # another masking key than the target's: refused before any wait
         found = found_target(settings, catalog, reg) if reg.mask else None
         if found is not None:
@@ -161,46 +156,6 @@ def invalid_row(bad: InvalidRegistration) -> dict:
     return {"table": bad.name, "target": None, "status": INVALID, "source_rows": None, "target_rows": None,
             "difference": None, "source_position": None, "target_position": None, "source_commit_time": None,
             "lag": None, "dead_letters": None, "reason": f"its registration does not load: {bad.error}"}
-
-
-def deep_compare(settings: Settings, limit: int):
-    """`deep` for `reconcile_table`: the source read in the count's snapshot against the
-    target at the counted snapshot, in Spark."""
-    from cdc.bootstrap import jdbc
-    from cdc.planning.bootstrap import Chunk
-    from cdc.jobs.targets import load_target
-    from cdc.sinks.session import get_session
-    from cdc.report import deep
-    from cdc.planning.protect import mask_columns
-    from cdc.sinks.targets import LIVE_ROWS, table_columns
-
-    spark = get_session(settings).newSession()
-
-    def compare(reg: TableRegistration, snapshot, target_snapshot_id: int | None) -> dict:
-        ref, table = load_target(spark, settings, reg)
-        columns, key, _ = table_columns(table.properties())
-        with postgres.connect(settings, reg.source.name) as conn:  # columns dropped at the source stay in the target
-            present = {c.name for c in postgres.describe_table(conn, reg).columns}
-        # Masked columns are compared as their hashes: they never leave the source in clear.
-        columns = tuple(c for c in columns if c.name in present)
-        names = tuple(c.name for c in columns)
-        at = f" VERSION AS OF {int(target_snapshot_id)}" if target_snapshot_id is not None else ""
-        target = spark.sql(f"SELECT {', '.join(q(n) for n in names)} FROM {ref}{at} WHERE {LIVE_ROWS[reg.mode]}")
-        types = {f.name: f.dataType for f in target.schema.fields}
-        partitions = max(2, spark.sparkContext.defaultParallelism * 2)
-        source = jdbc.as_target_rows(jdbc.read_chunk(spark, settings, reg, columns, key, None, Chunk(), snapshot.name,
-                                                     partitions), columns, snapshot.taken_at, strict=False)
-        source = mask_columns(source, reg.mask, target_mask_key(settings, reg, table.properties()))
-        source = source.select(*[F.col(q(n)).cast(types[n]).alias(n) for n in names])
-        started = time.monotonic()
-        found = deep.compare(source, target, names, key, limit)
-        log(f"deep compare of {found['rows']['source']:,} source and {found['rows']['target']:,} "
-            f"target rows in {time.monotonic() - started:.1f}s, {len(found['levels'])} level(s): "
-            f"{differences(found)} key(s) differ", table=reg.name, event="deep-compared",
-            rows=found["rows"], differences=differences(found))
-        return found
-
-    return compare
 
 
 def exit_code(rows: list[dict]) -> int:

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import jobstate
-from cdc.errors import CdcError, ConfigError
+from cdc.errors import CdcError
 from cdc.jobs.supervisor import run
 from cdc.jobs.targets import load_target
 from cdc.log import log
@@ -21,22 +21,18 @@ from cdc.planning.repair import (MAX_KEYS, RepairPlan, clear_sql, delete_extras_
 from cdc.planning.sql import q
 from cdc.register.capture import source_capture
 from cdc.register.connector import ConnectClient, connector_name
-from cdc.report.reconcile import deep_compare, reconcile_table
+from cdc.report.deep_reads import DeepReads
+from cdc.report.reconcile import reconcile_table
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import target_refs
 from cdc.sinks.session import get_session
 from cdc.sinks.targets import table_columns
-from cdc.sources import postgres
+from cdc.sources import module_of
 
 
 def repair(settings: Settings, reg: TableRegistration, max_keys: int = MAX_KEYS, dry_run: bool = False,
            wait_s: float = 60.0) -> dict:
     """What was found, planned and (unless `dry_run`) done, and the compare after it."""
-    kind = settings.sources[reg.source.name].kind
-    if kind != "postgresql":
-        raise ConfigError(f"table {reg.name}: repair reads PostgreSQL sources only (as `reconcile --deep` does); "
-                          f"source {reg.source.name} is {kind}",
-                          hint=f"refill the table with `cdc bootstrap --table {reg.name}`", table=reg.name)
     compared = _compare(settings, reg, max_keys, wait_s)
     plan = plan_repair(reg.name, compared["deep"], reg.mode, max_keys)
     result = {"table": reg.name, "status": compared["status"],
@@ -54,15 +50,9 @@ def repair(settings: Settings, reg: TableRegistration, max_keys: int = MAX_KEYS,
 
 def _compare(settings: Settings, reg: TableRegistration, max_keys: int, wait_s: float, required: bool = True) -> dict:
     """reconcile --deep's row for the table, with the target snapshot it compared."""
-    client = ConnectClient.of(settings)
-    seen: dict = {}
-    compare = deep_compare(settings, max_keys + 1)
-
-    def deep(reg_, snapshot, target_snapshot_id):
-        seen["snapshot_id"] = target_snapshot_id
-        return compare(reg_, snapshot, target_snapshot_id)
-
-    row = reconcile_table(settings, load_catalog(settings), client, reg, wait_s, deep,
+    client, catalog = ConnectClient.of(settings), load_catalog(settings)
+    deep = DeepReads(settings, catalog, max_keys + 1)
+    row = reconcile_table(settings, catalog, client, reg, wait_s, deep,
                           capture=source_capture(settings, reg.source.name, client))
     if not row.get("deep", {}).get("compared"):
         if not required:
@@ -73,7 +63,7 @@ def _compare(settings: Settings, reg: TableRegistration, max_keys: int, wait_s: 
                        hint=f"the compare needs the target caught up with the source: run the table's job "
                             f"(`cdc run --table {reg.name}`, or `--available-now` once), then `cdc repair` again",
                        table=reg.name)
-    return {**row, **seen}
+    return {**row, "snapshot_id": deep.target_snapshots.get(reg.name)}
 
 
 def _fix(settings: Settings, reg: TableRegistration, plan: RepairPlan, snapshot_id) -> None:
@@ -112,16 +102,17 @@ def _reread(settings: Settings, reg: TableRegistration, key: tuple[str, ...], ke
     src = settings.sources[reg.source.name]
     name = connector_name(reg.source.name)
     client = ConnectClient.of(settings)
-    with postgres.connect(settings, reg.source.name) as conn:
-        binary = {c.name for c in postgres.describe_table(conn, reg).columns if c.kind == "binary"}
+    kind = module_of(settings, reg.source.name)
+    with kind.connect(settings, reg.source.name) as conn:
+        binary = {c.name for c in kind.describe_table(conn, reg).columns if c.kind == "binary"}
 
         def literal(column: str, value) -> str:
-            return postgres.literal(conn, bytes.fromhex(value) if column in binary and value is not None else value)
+            return kind.literal(conn, bytes.fromhex(value) if column in binary and value is not None else value)
 
-        signals = snapshot_signals(f"{reg.source.schema_}.{reg.source.table}", key, keys, postgres.ident, literal,
-                                   postgres.signal_data_chars(conn, src.signal_table))
+        signals = snapshot_signals(f"{reg.source.schema_}.{reg.source.table}", key, keys, kind.ident, literal,
+                                   kind.signal_data_chars(conn, src.signal_table))
         for i, data in enumerate(signals, 1):
-            marker = postgres.send_snapshot_signal(conn, src.signal_table, data)
+            marker = kind.send_snapshot_signal(conn, src.signal_table, data)
             log(f"Debezium reads {len(keys)} key(s) again (signal {i} of {len(signals)})", table=reg.name,
                 event="repair-reading", stream=sys.stdout, keys=len(keys))
             client.wait_captured(name, marker)

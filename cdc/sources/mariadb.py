@@ -15,9 +15,10 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError, SourceError, SourceUnreachable
 from cdc.sources import no_key, password
 from cdc.sources.postgres import SourceTable
-from cdc.sources.types import check_columns, mariadb_column
+from cdc.sources.types import Column, check_columns, mariadb_column
 
 _BINLOG_INDEX = re.compile(r"\.(\d+)$")
+_BIT_WIDTH = re.compile(r"bit\((\d+)\)")
 
 REFUSED_LOGIN = (1044, 1045, 1049)  # access denied to the database, to the user; unknown database
 
@@ -175,14 +176,14 @@ class GtidMarker:
         return f"{self.domain}-{self.server}-{self.sequence}"
 
 
-def _signal(conn: pymysql.Connection, signal_table: str, id_: str, type_: str, data: dict) -> GtidMarker:
+def _signal(conn: pymysql.Connection, signal_table: str, id_: str, type_: str, data: str) -> GtidMarker:
     """Insert one signal row in a transaction of its own and return that transaction. A
     second, `log` row follows it: the connector records a transaction as completed in its
     offset only with a later event, and an idle server sends none for a long while."""
     schema, table = _split(signal_table)
     insert = f"INSERT INTO {ident(schema)}.{ident(table)} (id, type, data) VALUES (%s, %s, %s)"
     with conn.cursor() as cur:
-        cur.execute(insert, (id_, type_, json.dumps(data)))
+        cur.execute(insert, (id_, type_, data))
         cur.execute("SELECT @@last_gtid")
         (gtid,) = cur.fetchone()
         cur.execute(insert, (f"cdc-follow-{uuid.uuid4()}", "log", json.dumps({"message": "cdc marker follow-up"})))
@@ -193,12 +194,30 @@ def _signal(conn: pymysql.Connection, signal_table: str, id_: str, type_: str, d
 def request_incremental_snapshot(conn: pymysql.Connection, signal_table: str, tables: list[str]) -> GtidMarker:
     """Ask Debezium for an incremental snapshot of `tables` (database.table)."""
     return _signal(conn, signal_table, str(uuid.uuid4()), "execute-snapshot",
-                   {"data-collections": tables, "type": "incremental"})
+                   json.dumps({"data-collections": tables, "type": "incremental"}))
+
+
+def send_snapshot_signal(conn: pymysql.Connection, signal_table: str, data: str) -> GtidMarker:
+    """An `execute-snapshot` signal with its `data` (JSON); returns the signalling transaction."""
+    return _signal(conn, signal_table, str(uuid.uuid4()), "execute-snapshot", data)
+
+
+def signal_data_chars(conn: pymysql.Connection, signal_table: str) -> int | None:
+    """The most characters the signal table's `data` column holds (None: unbounded)."""
+    rows = _rows(conn, "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+                       "AND TABLE_NAME = %s AND COLUMN_NAME = 'data'", _split(signal_table))
+    return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+
+def literal(conn: pymysql.Connection, value) -> str:
+    """A value as a MariaDB literal (for SQL that leaves pymysql, such as Debezium's
+    snapshot filter); bytes as a binary string."""
+    return conn.escape(value)
 
 
 def write_marker(conn: pymysql.Connection, signal_table: str) -> GtidMarker:
     """A transaction Debezium certainly captures (a `log` signal: it only logs a line)."""
-    return _signal(conn, signal_table, f"cdc-marker-{uuid.uuid4()}", "log", {"message": "cdc marker"})
+    return _signal(conn, signal_table, f"cdc-marker-{uuid.uuid4()}", "log", json.dumps({"message": "cdc marker"}))
 
 
 def binlog_index(file_name: str) -> int:
@@ -241,3 +260,45 @@ def estimate_rows(conn: pymysql.Connection, reg: TableRegistration) -> int:
 def release_capture(conn: pymysql.Connection, settings: Settings, source: str) -> list[str]:
     """Nothing to drop once no table is captured: the binary log is the server's own."""
     return []
+
+
+def wire_select(column: Column) -> str:
+    """MariaDB SQL reading `column` in its Debezium wire form, so a JDBC read converts it
+    exactly as streaming does (sources/types.py: KINDS)."""
+    x = ident(column.name)
+    if column.kind in ("int", "long"):
+        return f"CAST({x} AS SIGNED)"  # YEAR and TINYINT(1) too, which a JDBC driver reads as dates and booleans
+    if column.kind in ("decimal", "string"):  # CHAR, ENUM and SET too, which Spark would pad as CHAR(n)
+        return f"CAST({x} AS CHAR)"
+    if column.kind == "float":  # exact: the text protocol gives a FLOAT six digits
+        return f"CAST({x} AS DOUBLE)"
+    if column.kind == "boolean":
+        return f"{x} + 0"
+    if column.kind == "bits":  # the bytes least significant first, as many as the width holds
+        width = int(_BIT_WIDTH.search(column.source_type).group(1))
+        return f"TO_BASE64(REVERSE(UNHEX(LPAD(HEX({x}), {2 * ((width + 7) // 8)}, '0'))))"
+    if column.kind == "binary":
+        return f"REPLACE(TO_BASE64({x}), CHAR(10 USING ascii), '')"
+    if column.kind == "date":
+        return f"DATEDIFF({x}, DATE '1970-01-01')"
+    if column.kind in ("timestamp_us", "timestamp_ms"):
+        micros = f"TIMESTAMPDIFF(MICROSECOND, TIMESTAMP '1970-01-01 00:00:00', {x})"
+        return micros if column.kind == "timestamp_us" else f"FLOOR({micros} / 1000)"
+    if column.kind == "timestamptz":  # the stored UTC instant, whatever the session's time zone
+        return (f"DATE_FORMAT(TIMESTAMP '1970-01-01 00:00:00' + INTERVAL ROUND(UNIX_TIMESTAMP({x}) * 1000000) "
+                f"MICROSECOND, '%Y-%m-%dT%H:%i:%s.%fZ')")
+    if column.kind == "duration_us":
+        return f"CAST(ROUND(TIME_TO_SEC({x}) * 1000000) AS SIGNED)"
+    return x
+
+
+def snapshot_query(reg: TableRegistration, columns: tuple[Column, ...]) -> str:
+    """The table's rows in their wire form, each with the binary log position of the
+    consistent snapshot it runs in (`_cdc_binlog_file`, `_cdc_binlog_position`) and
+    `_cdc_row` = 1; a table without rows gives one row with the position and nulls."""
+    select = ", ".join(f"{wire_select(c)} AS {ident(c.name)}" for c in columns)
+    position = ("SELECT MAX(CASE WHEN VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE' THEN VARIABLE_VALUE END) AS f, "
+                "MAX(CASE WHEN VARIABLE_NAME = 'BINLOG_SNAPSHOT_POSITION' THEN VARIABLE_VALUE END) AS p "
+                "FROM information_schema.SESSION_STATUS")
+    return (f"SELECT s.f AS _cdc_binlog_file, CAST(s.p AS UNSIGNED) AS _cdc_binlog_position, t.* "
+            f"FROM ({position}) s LEFT JOIN (SELECT 1 AS _cdc_row, {select} FROM {qualified(reg)}) t ON TRUE")

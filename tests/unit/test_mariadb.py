@@ -107,3 +107,17 @@ def test_the_heartbeat_table_is_quoted_in_the_signal_tables_database():
     from cdc.sources.mariadb import heartbeat_query, heartbeat_table
     assert heartbeat_table("sh`op.cdc_signal") == "`sh``op`.`cdc_heartbeat`"
     assert heartbeat_query("sh`op.sig").startswith("INSERT INTO `sh``op`.`cdc_heartbeat` ")
+
+
+def test_the_snapshot_read_quotes_names_and_reads_each_kind_in_its_wire_form():
+    from cdc.sources.mariadb import snapshot_query, wire_select
+    reg = TableRegistration(name="sh.t", source={"name": "maria", "schema": "shop", "table": "orders"})
+    columns = (mariadb_column("we`ird", "varchar", "varchar(10)", True, None, None, None, "t"),
+               mariadb_column("b", "bit", "bit(12)", True, 12, None, None, "t"))
+    sql = snapshot_query(reg, columns)
+    assert "CAST(`we``ird` AS CHAR) AS `we``ird`" in sql and "FROM `shop`.`orders`" in sql
+    assert "LPAD(HEX(`b`), 4, '0')" in sql  # two bytes for twelve bits
+    assert "BINLOG_SNAPSHOT_POSITION" in sql and sql.startswith("SELECT s.f AS _cdc_binlog_file")
+    every = ("tinyint", "int", "bigint", "float", "double", "decimal", "char", "blob", "date", "datetime",
+             "timestamp", "time", "year", "json", "enum")
+    assert all(wire_select(mariadb_column("c", t, t, True, 10, 2, 6, "t")) for t in every)
