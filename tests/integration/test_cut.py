@@ -1,5 +1,6 @@
 """The consistent cut on the real stack: transfers between two tables of one source, an
-Iceberg target (checking) and a Delta one (savings), one applied ahead of the other. The
+Iceberg target keeping every version (checking, history mode) and a Delta one keeping
+deleted rows marked (savings, soft_delete mode), one applied ahead of the other. The
 latest commits break the invariant (a transfer debited and not yet credited); the cut `cdc
 cut` publishes never does, read back through pyiceberg and delta-rs at the snapshot and the
 version it names, and through Spark at the `cdc_consistent` tag and that version. A job
@@ -21,9 +22,9 @@ def bank(stack, settings, it_env, tmp_path_factory):
     """A source of its own, so that its cut covers this test's tables alone."""
     env = postgres_env(stack, settings, tmp_path_factory.mktemp("cut"), it_env.source + "k")
     s = env.schema
-    for t, sink in (("checking", "iceberg"), ("savings", "delta")):
+    for t, sink, mode in (("checking", "iceberg", "history"), ("savings", "delta", "soft_delete")):
         env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, balance int NOT NULL)')
-        env.register_table(t, sink=sink)
+        env.register_table(t, sink=sink, mode=mode)
     env.sql(f'INSERT INTO "{s}".checking SELECT g, 100 FROM generate_series(1, 5) g')
     env.sql(f'INSERT INTO "{s}".savings SELECT g, 100 FROM generate_series(1, 5) g')
     assert env.cdc("register") == 0
@@ -39,15 +40,16 @@ def cut(env, capsys) -> dict:
 
 
 def total_at(env, at: dict[str, int | None]) -> int:
-    """The balance of both tables, checking read at its snapshot (pyiceberg), savings at its
-    version (delta-rs)."""
+    """The balance of both tables' live rows, checking read at its snapshot (pyiceberg, the
+    current versions), savings at its version (delta-rs, the rows not marked deleted)."""
     from tests.compare import delta_records
 
     snapshot, version = at[f"{env.schema}.checking"], at[f"{env.schema}.savings"]
     checking = env.catalog.load_table(f"{env.schema}.checking")
-    rows = checking.scan(snapshot_id=snapshot).to_arrow().to_pylist() if snapshot is not None else []
+    rows = [r for r in checking.scan(snapshot_id=snapshot).to_arrow().to_pylist()
+            if r["_cdc_current"]] if snapshot is not None else []
     if version is not None:
-        rows += delta_records(env.delta_path("savings"), version)
+        rows += [r for r in delta_records(env.delta_path("savings"), version) if not r["_cdc_deleted"]]
     return sum(r["balance"] for r in rows)
 
 
@@ -75,9 +77,11 @@ def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(ba
     assert set(first["tables"]) == set(names) and not first["held"] and first["versions"] == [names[1]], first
     assert total_at(env, first["tables"]) == TOTAL
     env.wait_captured(transfer(env, 30, 1, 2))
-    marker = transfer(env, 5, 3, 3)
-    env.replicate("checking", marker)  # one side of the two transfers applied, the other not
-    assert total_at(env, latest(env)) == TOTAL - 35  # the latest commits break the invariant
+    transfer(env, 5, 3, 3)
+    marker = env.transaction(f'UPDATE "{s}".checking SET balance = balance + 100 WHERE id = 1',
+                             f'DELETE FROM "{s}".savings WHERE id = 1')  # savings account 1 closed into checking
+    env.replicate("checking", marker)  # one side of the three transactions applied, the other not
+    assert total_at(env, latest(env)) == TOTAL - 35 + 100  # the latest commits break the invariant
     held = cut(env, capsys)
     assert total_at(env, held["tables"]) == TOTAL and held["tables"] == first["tables"]
     assert "change(s) of transaction" in held["held"][names[1]], held
@@ -97,11 +101,12 @@ def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(ba
     assert env.cdc("status", "--json") == 0
     assert all(r["cut"]["holds"] is None for r in json.loads(capsys.readouterr().out)["tables"])
     tagged = {names[0]: spark.sql(f"SELECT id, balance FROM {env.settings.catalog.name}.{names[0]} "
-                                  "VERSION AS OF 'cdc_consistent'").collect(),
+                                  "VERSION AS OF 'cdc_consistent' WHERE _cdc_current").collect(),
               names[1]: spark.sql(f"SELECT id, balance FROM {delta.ref(env.delta_path('savings'))} "
-                                  f"VERSION AS OF {moved['tables'][names[1]]}").collect()}
+                                  f"VERSION AS OF {moved['tables'][names[1]]} WHERE NOT _cdc_deleted").collect()}
     assert sum(r.balance for rows in tagged.values() for r in rows) == TOTAL
-    assert {r.id: r.balance for r in tagged[names[0]]}[1] == 70 and {r.id: r.balance for r in tagged[names[1]]}[2] == 130
+    assert {r.id: r.balance for r in tagged[names[0]]}[1] == 170 and {r.id: r.balance for r in tagged[names[1]]}[2] == 130
+    assert 1 not in {r.id for r in tagged[names[1]]}
     capsys.readouterr()
     assert env.cdc("cut") == 0  # the text a person reads
     text = capsys.readouterr().out
