@@ -10,6 +10,11 @@
   remembered at that position, so a change older than the row never brings it back and a
   later one applies.
 - A key the target holds twice (`duplicate`) loses every copy, then is read again.
+
+A history target's versions are not rewritten: an extra key's current version, and each
+current version of a duplicate key, is closed at the repair's time (as a delete closes it),
+and each read becomes a new current version that closes the one it replaces. A damaged
+version stays in the key's history, closed.
 """
 from __future__ import annotations
 
@@ -52,9 +57,6 @@ def plan_repair(table: str, found: dict, mode: str, max_keys: int = MAX_KEYS) ->
                           table=table)
     if len(found["keys"]) < total:
         raise ValueError(f"{total} keys differ, {len(found['keys'])} listed: the compare's limit was too low")
-    if total and mode == "history":
-        raise ConfigError(f"table {table}: repair does not rewrite a history target's versions",
-                          hint=f"refill the table with `cdc bootstrap --table {table}`", table=table)
     by_kind: dict[str, list[dict]] = {MISSING: [], EXTRA: [], DIFFERENT: [], DUPLICATE: []}
     for k in found["keys"]:
         by_kind[k["kind"]].append(k["key"])
@@ -98,12 +100,17 @@ def _on(key: tuple[str, ...]) -> str:
     return " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in key)
 
 
+# How a row stops being live, by mode: deleted, marked deleted, or its version closed.
+_GONE = {"upsert": "DELETE", "soft_delete": "UPDATE SET t._cdc_deleted = true, t._cdc_op = 'd'",
+         "history": "UPDATE SET t._cdc_valid_to = current_timestamp(), t._cdc_current = false"}
+_LIVE = {"upsert": "", "soft_delete": "", "history": " AND t._cdc_current"}
+
+
 def delete_extras_sql(target: str, rows_view: str, key: tuple[str, ...], mode: str) -> str:
-    """Delete (in soft_delete mode: mark deleted) the target's rows of `rows_view` (key and
-    `_cdc_position`, as compared) that are still the compared ones."""
-    action = ("UPDATE SET t._cdc_deleted = true, t._cdc_op = 'd'" if mode == "soft_delete" else "DELETE")
+    """Delete (soft_delete: mark deleted; history: close) the target's live rows of
+    `rows_view` (key and `_cdc_position`, as compared) that are still the compared ones."""
     return (f"MERGE INTO {target} t USING {q(rows_view)} s ON {_on(key)} "
-            f"AND t._cdc_position <=> s._cdc_position WHEN MATCHED THEN {action}")
+            f"AND t._cdc_position <=> s._cdc_position{_LIVE[mode]} WHEN MATCHED THEN {_GONE[mode]}")
 
 
 def remember_extras_sql(deletes: str, rows_view: str, key: tuple[str, ...]) -> str:
@@ -114,6 +121,9 @@ def remember_extras_sql(deletes: str, rows_view: str, key: tuple[str, ...]) -> s
             f"coalesce(_cdc_position, '{ROW_POSITION}'), current_timestamp(), CAST(NULL AS STRING) FROM {q(rows_view)}")
 
 
-def clear_sql(target: str, keys_view: str, key: tuple[str, ...]) -> str:
-    """Delete every row of the target whose key is in `keys_view`."""
+def clear_sql(target: str, keys_view: str, key: tuple[str, ...], mode: str = "upsert") -> str:
+    """Delete every row of the target whose key is in `keys_view` (history: close each of
+    its current versions)."""
+    if mode == "history":
+        return f"MERGE INTO {target} t USING {q(keys_view)} s ON {_on(key)}{_LIVE[mode]} WHEN MATCHED THEN {_GONE[mode]}"
     return f"MERGE INTO {target} t USING {q(keys_view)} s ON {_on(key)} WHEN MATCHED THEN DELETE"

@@ -26,7 +26,7 @@ from cdc.report.reconcile import reconcile_table
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import target_refs
 from cdc.sinks.session import get_session
-from cdc.sinks.targets import table_columns
+from cdc.sinks.targets import LIVE_ROWS, table_columns
 from cdc.sources import module_of
 
 
@@ -74,7 +74,7 @@ def _fix(settings: Settings, reg: TableRegistration, plan: RepairPlan, snapshot_
     types = {f.name: f.dataType for f in spark.table(ref).schema.fields if f.name in key}
     at = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
     if plan.delete:
-        rows = spark.sql(f"SELECT * FROM {ref}{at}")
+        rows = spark.sql(f"SELECT * FROM {ref}{at} WHERE {LIVE_ROWS[reg.mode]}")  # history: the current versions
         compared = rows.select(*[q(k) for k in key], "_cdc_position").join(_keys(spark, plan.delete, key, types),
                                                                             list(key), "left_semi")
         compared.createOrReplaceTempView("cdc_repair_rows")
@@ -84,7 +84,7 @@ def _fix(settings: Settings, reg: TableRegistration, plan: RepairPlan, snapshot_
             event="repair-deleted", stream=sys.stdout, rows=len(plan.delete))
     if plan.clear:
         _keys(spark, plan.clear, key, types).createOrReplaceTempView("cdc_repair_clear")
-        spark.sql(clear_sql(ref, "cdc_repair_clear", key))
+        spark.sql(clear_sql(ref, "cdc_repair_clear", key, reg.mode))
     if plan.reread:
         _reread(settings, reg, key, list(plan.reread))
 

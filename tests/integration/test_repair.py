@@ -84,6 +84,21 @@ def test_repair_fixes_what_a_stray_writer_did(renv, spark, capsys, tmp_path):
     assert driver is None or driver.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
 
 
+def damaged_and_repaired(env, spark, capsys, table: str, t: str, new_row: str) -> None:
+    """A stray writer's damage and live changes replicated, then a dry run that finds a key
+    of each kind and a repair, as typed, after which the keys agree."""
+    damage(spark, env, table)
+    env.replicate(table, env.transaction(f"UPDATE {t} SET v = 'live' WHERE id IN (5, 7)",
+                                         f"DELETE FROM {t} WHERE id = 8", f"INSERT INTO {t} VALUES {new_row}"))
+    capsys.readouterr()
+    assert env.cdc("repair", "--table", f"{env.schema}.{table}", "--dry-run", "--json") == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert dry["found"] == {"missing": 2, "extra": 1, "different": 1, "duplicate": 1}, dry
+    assert env.cdc("repair", "--table", f"{env.schema}.{table}") == 0
+    out = capsys.readouterr().out
+    assert "5 key(s) differ" in out and "after the repair: OK" in out, out
+
+
 def test_repair_of_a_mariadb_table(it_mariadb, spark, capsys):
     """MariaDB: the compare reads the table in one consistent snapshot at its binary log
     position; the keys (one of them text with a quote) are read again through Debezium's
@@ -95,18 +110,40 @@ def test_repair_of_a_mariadb_table(it_mariadb, spark, capsys):
     name = env.register_table("fixme")
     assert env.cdc("register", "--table", name) == 0
     env.replicate("fixme", env.marker())
-    damage(spark, env, "fixme")
-    env.replicate("fixme", env.transaction(f"UPDATE {t} SET v = 'live' WHERE id IN (5, 7)",
-                                           f"DELETE FROM {t} WHERE id = 8",
-                                           f"INSERT INTO {t} VALUES (200, 'new', 'new', 2)"))
-    capsys.readouterr()
-    assert env.cdc("repair", "--table", name, "--dry-run", "--json") == 0
-    dry = json.loads(capsys.readouterr().out)
-    assert dry["found"] == {"missing": 2, "extra": 1, "different": 1, "duplicate": 1}, dry
-    assert env.cdc("repair", "--table", name) == 0
-    out = capsys.readouterr().out
-    assert "5 key(s) differ" in out and "after the repair: OK" in out, out
+    damaged_and_repaired(env, spark, capsys, "fixme", t, "(200, 'new', 'new', 2)")
     env.replicate("fixme", env.transaction(f"UPDATE {t} SET v = 'later' WHERE id IN (3, 1000, 9)",
                                            f"INSERT INTO {t} VALUES (1000, 'real', 'real', 1)"))
     assert env.assert_equal("fixme", key) == 100 - 1 + 1 + 1
     assert env.cdc("reconcile", "--deep", "--table", name) == 0, capsys.readouterr().out
+
+
+def test_repair_of_a_history_target_adds_versions_and_rewrites_none(it_env, spark, capsys):
+    """History mode: the current versions are compared and repaired; an extra key's version
+    and a doubled key's are closed, each read opens a new version, and the damaged version
+    stays in the key's history, closed."""
+    from tests.compare import differences, rows_by_key
+
+    env, s = it_env, it_env.schema
+    name = f"{s}.fixhist"
+    env.sql(f'CREATE TABLE "{s}".fixhist (id int PRIMARY KEY, v text, n numeric(10,2))')
+    env.sql(f'INSERT INTO "{s}".fixhist SELECT g, \'v\' || g, g FROM generate_series(1, 20) g')
+    env.register_table("fixhist", mode="history")
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate("fixhist")
+    damaged_and_repaired(env, spark, capsys, "fixhist", env.q("fixhist"), "(200, 'new', 2)")
+    versions: dict[int, list[dict]] = {}
+    for r in sorted(env.target_records("fixhist"), key=lambda r: r["_cdc_valid_from"]):
+        versions.setdefault(r["id"], []).append(r)
+    current = [r for rs in versions.values() for r in rs if r["_cdc_current"]]
+    assert not differences(env.source_rows("fixhist", ("id",)), rows_by_key(current, ("id",)))
+    assert [(r["v"], r["_cdc_current"], r["_cdc_valid_to"] is None) for r in versions[10]] == [
+        ("damaged", False, False), ("v10", True, True)]  # the damaged version kept, closed
+    assert [r["_cdc_current"] for r in versions[1000]] == [False]  # the extra key's version closed
+    assert [r["_cdc_current"] for r in versions[9]] == [False, False, True]  # both copies closed, one read
+    assert [r["v"] for r in versions[3]] == ["v3"]  # the lost version read again
+    env.replicate("fixhist", env.transaction(f'UPDATE "{s}".fixhist SET v = \'later\' WHERE id IN (3, 9)',
+                                             f'INSERT INTO "{s}".fixhist VALUES (1000, \'real\', 1)'))
+    assert env.cdc("reconcile", "--deep", "--table", name) == 0, capsys.readouterr().out
+    assert [(r["v"], r["_cdc_current"]) for r in sorted(
+        (r for r in env.target_records("fixhist") if r["id"] == 1000), key=lambda r: r["_cdc_valid_from"])] == [
+        ("v6", False), ("real", True)]

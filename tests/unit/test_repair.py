@@ -35,12 +35,11 @@ def test_keys_the_source_holds_are_read_again_and_the_others_deleted():
     assert plan_repair("ns.t", found(), "history").empty  # nothing to do is no refusal
 
 
-def test_a_drift_past_the_bound_says_to_bootstrap_and_a_history_target_is_refused():
+def test_a_drift_past_the_bound_says_to_bootstrap():
     with pytest.raises(ConfigError) as e:
         plan_repair("ns.t", found(*[("missing", {"id": i}) for i in range(3)]), "upsert", max_keys=2)
     assert "3 keys differ" in str(e.value) and "cdc bootstrap --table ns.t" in e.value.hint
-    with pytest.raises(ConfigError, match="history"):
-        plan_repair("ns.t", found(("missing", {"id": 1})), "history")
+    assert plan_repair("ns.t", found(("missing", {"id": 1})), "history").reread == ({"id": 1},)
     with pytest.raises(ValueError, match="limit"):  # every key must be listed
         plan_repair("ns.t", {**found(("missing", {"id": 1})), "keys": []}, "upsert")
 
@@ -77,3 +76,12 @@ def test_an_extra_row_goes_only_while_it_is_the_compared_one_and_is_remembered_a
     assert "coalesce(_cdc_position, '0000" in remember
     assert clear_sql("t", "keys", ("a", "b")) == ("MERGE INTO t t USING `keys` s ON t.`a` <=> s.`a` AND "
                                                   "t.`b` <=> s.`b` WHEN MATCHED THEN DELETE")
+
+
+def test_a_history_target_s_versions_are_closed_not_deleted():
+    extras = delete_extras_sql("t", "rows", ("id",), "history")
+    assert extras.endswith("AND t._cdc_position <=> s._cdc_position AND t._cdc_current WHEN MATCHED THEN "
+                           "UPDATE SET t._cdc_valid_to = current_timestamp(), t._cdc_current = false")
+    assert clear_sql("t", "keys", ("id",), "history") == (
+        "MERGE INTO t t USING `keys` s ON t.`id` <=> s.`id` AND t._cdc_current WHEN MATCHED THEN "
+        "UPDATE SET t._cdc_valid_to = current_timestamp(), t._cdc_current = false")
