@@ -68,8 +68,9 @@ class DeepReads:
             return None
         ref, table = load_target(self.spark, self.settings, reg)
         columns, key, _ = table_columns(table.properties())
-        with module_of(self.settings, reg.source.name).connect(self.settings, reg.source.name) as conn:
-            present = {c.name for c in module_of(self.settings, reg.source.name).describe_table(conn, reg).columns}
+        source = module_of(self.settings, reg.source.name)
+        with source.connect(self.settings, reg.source.name) as conn:
+            present = {c.name for c in source.describe_table(conn, reg).columns}
         columns = tuple(c for c in columns if c.name in present)
         types = {f.name: f.dataType for f in self.spark.table(ref).schema.fields}
         six_digits = frozenset(c.name for c in columns if c.kind == "float"
@@ -90,12 +91,11 @@ class DeepReads:
         """The source's rows at one log position while the block runs. Yields (rows, position,
         position as text, (the rows as a DataFrame, what is compared) or None when the table
         has no target yet: then only the count is read)."""
-        compared = self._compared(reg)
-        kind = self.settings.sources[reg.source.name].kind
+        compared, source = self._compared(reg), module_of(self.settings, reg.source.name)
         if compared is None:
-            with module_of(self.settings, reg.source.name).connect(self.settings, reg.source.name) as conn:
-                yield *module_of(self.settings, reg.source.name).count_at_position(conn, reg), None
-        elif kind == "mariadb":
+            with source.connect(self.settings, reg.source.name) as conn:
+                yield *source.count_at_position(conn, reg), None
+        elif source is mariadb:
             with self._held_mariadb(reg, compared) as held:
                 yield held
         else:
