@@ -225,11 +225,12 @@ class Env:
             return kind.write_marker(conn, self.settings.sources[self.source].signal_table)
 
     def wait_captured(self, marker) -> None:
-        """Until every change of a transaction (a marker, or a PostgreSQL transaction id) is
-        in Kafka (a polled condition)."""
-        from cdc.sources.postgres import TxMarker
-
-        marker = TxMarker(marker) if isinstance(marker, int) else marker
+        """Until every change of a transaction (a marker, or a committed PostgreSQL
+        transaction's id) is in Kafka (a polled condition). For a transaction id, a marker
+        written now stands in: the offset of a transaction's first event (its BEGIN) already
+        carries its id while its rows are still being sent, but a later transaction's offset
+        is committed only once every earlier record is in Kafka."""
+        marker = self.marker() if isinstance(marker, int) else marker
         ConnectClient(self.settings.connect_url).wait_captured(connector_name(self.source), marker)
 
     def replicate(self, table: str | tuple[str, ...], marker=None) -> None:
