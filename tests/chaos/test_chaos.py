@@ -113,7 +113,7 @@ def test_random_workload_with_driver_kills_ends_exact(it_env, request, tmp_path)
                                      "--table", f"{s}.chaos*"], env={**os.environ, **extra}, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                proc.wait(timeout=rng.uniform(20, 45) if crash is None else 120)
+                proc.wait(timeout=rng.uniform(12, 30) if crash is None else 120)
             except subprocess.TimeoutExpired:
                 pass
             code = proc.poll()

@@ -499,6 +499,7 @@ def strict(request, scratch, table_name, tmp_path):
     return Harness(spark, catalog, table_name, on_error="fail", sink=request.param, delta_root=tmp_path)
 
 
+@pytest.mark.delta_long
 def test_bad_record_fails_the_batch_and_commits_nothing(strict):
     h = strict
     h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
@@ -509,6 +510,7 @@ def test_bad_record_fails_the_batch_and_commits_nothing(strict):
     assert len(h.summaries()) == commits and h.values() == {}
 
 
+@pytest.mark.delta_long
 def test_unknown_op_fails_the_batch(strict):
     h = strict
     rec = h.topic.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
@@ -608,6 +610,7 @@ def test_bad_records_go_to_the_dead_letter_table_and_the_rest_applies(h):
     assert h.values() == {1: "b", 5: "c"}
 
 
+@pytest.mark.delta_long
 def test_non_data_messages_between_changes_apply_nothing(h):
     from tests.spark.test_decode import NON_DATA_MESSAGES
 
