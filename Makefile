@@ -81,10 +81,12 @@ bench-quick: stack-up
 
 # Peer systems (delta-rs, Apache Hudi, Flink SQL into Iceberg and Paimon, Iceberg's Kafka
 # Connect sink) end to end on the same Debezium topic, each in its own virtualenv under
-# .cache/peers/ (bench/systems/README.md): their throughput on a backlog, then their
-# freshness at 2,000 changes a second.
+# .cache/peers/ (bench/systems/README.md): their throughput on a backlog, on the merge
+# workload (a target holding every key, then batches of changes), then their freshness at
+# 2,000 changes a second.
 bench-peers: stack-up
 	$(PY) -m bench.systems --quick
+	$(PY) -m bench.systems --quick --merge
 	$(PY) -m bench.systems --freshness
 
 # The direct path's prototype against the MERGE on the same changes (bench/direct.py).

@@ -216,9 +216,9 @@ def initial_rows(spark, rows: int, extra: tuple = ()):
 
 
 def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegistration, rows: int,
-         topic: str | None = None) -> str:
+         topic: str | None = None, offset: int = 0) -> str:
     """A target of `rows` rows written in bulk (as a bootstrap writes it), reading `topic`
-    or a new, empty topic of its own (for a backlog produced straight into it)."""
+    or a new, empty topic of its own (for a backlog produced straight into it) from `offset`."""
     columns, key, _ = table_columns(catalog.load_table(template.target).properties)
     if topic is None:
         topic = f"_cdc_bench.{reg.name}.{int(time.time())}"
@@ -227,7 +227,7 @@ def fill(spark, settings, catalog, reg: TableRegistration, template: TableRegist
     ensure_table(catalog, reg, columns, key, topic)
     extra = [c for c in columns if c.name not in ("id", "v", "n", "at")]
     (initial_rows(spark, rows, tuple(extra)).writeTo(table_ref(settings.catalog.name, reg.target))
-     .option("snapshot-property.cdc.offsets", json.dumps({topic: {"0": 0}})).append())
+     .option("snapshot-property.cdc.offsets", json.dumps({topic: {"0": offset}})).append())
     return topic
 
 

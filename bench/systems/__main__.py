@@ -42,6 +42,12 @@ RESULTS = ROOT / "bench" / "results" / "latest.json"
 SIZES = {"quick": {"events": 200_000, "keys": 50_000}, "full": {"events": 1_000_000, "keys": 250_000}}
 SYSTEMS = ("cdc",) + peers.PEERS
 FULL = "_full_identity"  # the suffix of the runs on the topic of a table of REPLICA IDENTITY FULL
+MERGE = "_merge"  # the suffix of the runs of the merge workload (--merge)
+SHAPES = (FULL, MERGE)
+MERGE_SYSTEMS = ("cdc", "deltars", "hudi", "flink_iceberg", "flink_iceberg_no_materialize",
+                 "flink_paimon")  # --merge's: the peers that merge
+MERGE_ONLY = ("flink_iceberg_no_materialize",)  # not in the backlog run by default: its case is the merge's
+MERGE_BATCH = 20_000  # --merge's records a batch: ten batches of the quick size
 
 
 def recorded(settings) -> tuple[dict, dict]:
@@ -63,10 +69,11 @@ def recorded(settings) -> tuple[dict, dict]:
     return record_template(settings)
 
 
-def backlog(settings, key_doc, value_doc, events: int, keys: int, seed: int, full: bool) -> tuple[str, int]:
-    """The topic holding the backlog (produced unless an earlier run left it whole) and its end
-    offset; `full`: in the shape of a table of `REPLICA IDENTITY FULL` (workload.full_identity)."""
-    topic = f"bench.systems_backlog_{events}_{keys}_{seed}" + ("_full" if full else "")
+def backlog(settings, key_doc, value_doc, name: str, stream: list, full: bool) -> tuple[str, int]:
+    """Topic `bench.<name>` holding the changes of `stream` (produced unless an earlier run left
+    it whole) and its end offset; `full`: in the shape of a table of `REPLICA IDENTITY FULL`
+    (workload.full_identity)."""
+    topic, events = f"bench.{name}" + ("_full" if full else ""), len(stream)
     ensure_topics(kafka_access(settings), [topic], settings.kafka)
     low, high = watermarks(kafka_access(settings), topic)[0]
     if (low, high) == (0, events):
@@ -77,16 +84,17 @@ def backlog(settings, key_doc, value_doc, events: int, keys: int, seed: int, ful
                            f"delete the topic, or choose another --seed")
     ev = Events(key_doc, value_doc)
     started = time.monotonic()
-    stream = workload.changes(keys, events, seed)
     produce(settings, topic, (ev.make(c.op, c.id, c.v, before) for c, before in workload.full_identity(stream))
             if full else (ev.make(c.op, c.id, c.v) for c in stream))
     print(f"backlog: {events:,} events into {topic} in {time.monotonic() - started:.1f}s", flush=True)
     return topic, watermarks(kafka_access(settings), topic)[0][1]
 
 
-def run_cdc(settings, topic: str, events: int, expected: dict) -> peers.Run:
-    """cdc itself on the same topic: `run(..., available_now=True)` into an empty Iceberg
-    target. Its start-up is the Spark session's start and the target's creation."""
+def run_cdc(settings, topic: str, end: int, expected: dict, start: int = 0, batch: int | None = None) -> peers.Run:
+    """cdc itself on the same topic: `run(..., available_now=True)` from offset `start` into
+    an Iceberg target holding the `start` rows before it (written in bulk, as a bootstrap
+    writes them), in batches of `batch` records (None: its automatic sizing). Its start-up
+    is the Spark session's start and the target's creation."""
     from bench.workload import fill
     from cdc.jobs.supervisor import run
     from cdc.sinks.catalog import load_catalog
@@ -94,35 +102,41 @@ def run_cdc(settings, topic: str, events: int, expected: dict) -> peers.Run:
 
     began = time.time()
     catalog = load_catalog(settings)
-    reg = registration(settings, "systems_cdc")
+    reg = registration(settings, "systems_cdc", **({"max_offsets_per_trigger": batch} if batch else {}))
     fill(get_session(settings, app_name="cdc-bench-systems"), settings, catalog, reg,
-         registration(settings, "recorded"), rows=0, topic=topic)
+         registration(settings, "recorded"), rows=start, topic=topic, offset=start)
     ready = time.time()
     run(settings, [reg], available_now=True)
     committed = time.time()
     result = catalog.load_table(reg.target).scan(selected_fields=("id", "v", "n")).to_arrow().to_pydict()
     check = compare(expected, zip(result["id"], result["v"], result["n"]))
-    return peers.Run("cdc", events, committed - began, ready - began, check, {})
+    return peers.Run("cdc", end - start, committed - began, ready - began, check, {})
 
 
-def figures(runs: list[peers.Run], previous: dict, sizes: dict, stats: dict) -> dict:
-    out = {"systems_sizes": {**sizes, **stats}}
+def shape_of(name: str) -> str:
+    """The suffix naming a run's workload and topic shape ("" for the backlog's default)."""
+    return next((s for s in SHAPES if name.endswith(s)), "")
+
+
+def figures(runs: list[peers.Run], previous: dict, sizes: dict, stats: dict, merge: bool = False) -> dict:
+    sizes_key = "systems_merge_sizes" if merge else "systems_sizes"
+    out = {sizes_key: {**sizes, **stats}}
     for r in runs:
         out.update(r.figures())
     cdc = next((r for r in runs if r.name.startswith("cdc")), None)
-    same = previous.get("systems_sizes", {}).get("events") == sizes["events"]
+    same = previous.get(sizes_key, {}).get("events") == sizes["events"]
     for r in runs:
         # without cdc in the run: cdc's recorded on the same workload and topic shape, else its apply section's
-        shape = FULL if r.name.endswith(FULL) else ""
+        shape = shape_of(r.name)
         ours = cdc.events_per_s if cdc else (same and previous.get(f"systems_cdc{shape}_events_per_s")
                                              or previous.get("apply_events_per_s"))
         if r is not cdc and ours:
             out[f"cdc_vs_{r.name}_events_per_s"] = round(ours / r.events_per_s, 3)
     if cdc and same:
         # the peers not run now, recorded on the same workload and topic shape, against this cdc
-        shape = cdc.name[len("cdc"):]
+        shape = shape_of(cdc.name)
         for name, rate in recorded_peers(previous).items():
-            if name not in {r.name for r in runs} and name.endswith(shape) and (shape or FULL not in name):
+            if name not in {r.name for r in runs} and shape_of(name) == shape:
                 out[f"cdc_vs_{name}_events_per_s"] = round(cdc.events_per_s / rate, 3)
     return out
 
@@ -165,7 +179,12 @@ def main() -> int:
                         help="the backlog in the shape of a source table of this replica identity: full fills "
                              "each update's and delete's `before` (Flink's debezium-json needs it); its figures "
                              "are named with _full_identity")
-    parser.add_argument("--batch", type=int, default=100_000, help="records per peer batch (commit)")
+    parser.add_argument("--batch", type=int, help="records per peer batch (commit); default 100,000, "
+                                                   f"with --merge {MERGE_BATCH:,} for cdc too")
+    parser.add_argument("--merge", action="store_true",
+                        help="the merge workload: every key inserted first (each system loads them its own way, "
+                             "untimed), then the changes, timed, in batches of --batch, on a topic of the "
+                             f"REPLICA IDENTITY FULL shape; by default the systems {', '.join(MERGE_SYSTEMS)}")
     parser.add_argument("--hudi-table-type", default="COPY_ON_WRITE", choices=["COPY_ON_WRITE", "MERGE_ON_READ"])
     parser.add_argument("--no-results", action="store_true", help="print the figures without merging them into "
                                                                    "bench/results/latest.json")
@@ -178,7 +197,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.freshness:
         return freshness(args, parser)
-    only = SYSTEMS if not args.only else tuple(s.strip() for s in args.only.split(","))
+    default = MERGE_SYSTEMS if args.merge else tuple(s for s in SYSTEMS if s not in MERGE_ONLY)
+    only = default if not args.only else tuple(s.strip() for s in args.only.split(","))
     if unknown := [s for s in only if s not in SYSTEMS]:
         parser.error(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
     sizes = dict(SIZES["quick" if args.quick else "full"])
@@ -188,21 +208,30 @@ def main() -> int:
     settings = bench_settings(base, work)
 
     key_doc, value_doc = recorded(settings)
-    changes = list(workload.changes(sizes["keys"], sizes["events"], args.seed))
-    expected, stats = workload.truth(changes), workload.stats(changes)
-    print(f"workload: {stats}; {len(expected):,} rows expected", flush=True)
-    full = args.replica_identity == "full"
-    topic, end = backlog(settings, key_doc, value_doc, sizes["events"], sizes["keys"], args.seed, full)
+    merge, full = args.merge, args.replica_identity == "full" or args.merge
+    batch = args.batch or (MERGE_BATCH if merge else 100_000)
+    loaded = list(workload.load(sizes["keys"])) if merge else []
+    changes = list(workload.changes(sizes["keys"], sizes["events"], args.seed, loaded=merge))
+    expected, stats = workload.truth(loaded + changes), workload.stats(changes)
+    print(f"workload: {len(loaded):,} rows loaded first, then {stats}; {len(expected):,} rows expected", flush=True)
+    topic_name = f"systems_{'merge' if merge else 'backlog'}_{sizes['events']}_{sizes['keys']}_{args.seed}"
+    topic, end = backlog(settings, key_doc, value_doc, topic_name, loaded + changes, full)
+    start = len(loaded)
 
     runs, failed = [], {}
     for name in only:
         print(f"== {name}", flush=True)
-        label = f"{name}{FULL}" if full else name
+        label = name + (MERGE if merge else FULL if full else "")
         try:
             if name == "cdc":
-                r = run_cdc(settings, topic, end, expected)
+                r = run_cdc(settings, topic, end, expected, start, batch if merge else None)
             else:
-                r = peers.run(name, settings, topic, end, expected, work, args.batch, args.hudi_table_type)
+                if start:  # the load, by the peer's own pipeline: checked, not timed
+                    load = peers.run(name, settings, topic, start, workload.truth(loaded), work, batch,
+                                     args.hudi_table_type)
+                    if not load.check["correct"]:
+                        raise peers.PeerError(f"the {name} peer loaded the keys wrong: {load.check['wrong']}")
+                r = peers.run(name, settings, topic, end, expected, work, batch, args.hudi_table_type, start=start)
         except Exception as e:  # one system's failure is reported, the others still run
             failed[label] = f"{type(e).__name__}: {e}"
             print(f"{name} failed: {failed[label]}", flush=True)
@@ -213,12 +242,13 @@ def main() -> int:
               f"{'correct' if r.check['correct'] else 'WRONG: ' + r.check['wrong']} {r.detail or ''}", flush=True)
 
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    update = figures(runs, previous, sizes, stats)
+    update = figures(runs, previous, {**sizes, "batch": batch} if merge else sizes, stats, merge)
     update.update({f"peer_{name}_failed": reason for name, reason in failed.items()})
     # kept apart too: a `python -m bench` run started earlier rewrites latest.json without them
-    (work / f"figures-{sizes['events']}{'-full' if full else ''}.json").write_text(json.dumps(update, indent=2) + "\n")
+    shape = "-merge" if merge else "-full" if full else ""
+    (work / f"figures-{sizes['events']}{shape}.json").write_text(json.dumps(update, indent=2) + "\n")
     if not args.no_results:
-        merge_results(update, [r.name for r in runs])
+        merge_results(update, [r.name for r in runs], "systems_merge" if merge else "systems")
     print(json.dumps(update, indent=2))
     return 1 if failed else 0
 

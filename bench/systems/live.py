@@ -201,7 +201,7 @@ def run_peer(settings, name: str, system: str, extra: list[str], feed: Feed, wor
         cmd += ["--end", str(feed.end)]
     log = work / f"live_{name}.log"
     with log.open("w") as err:
-        process = peers.start(cmd + extra, python, err)
+        process = peers.launch(cmd + extra, python, err)
         visible = Visible(process, settings, feed.topic, FLINK_GROUP if system.startswith("flink") else None)
         visible.start()
         deadline = time.monotonic() + WAIT_S

@@ -17,12 +17,13 @@ from bench.systems.check import compare
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PEERS = ("deltars", "hudi", "hudi_precreated", "flink_iceberg", "flink_paimon", "flink_iceberg_ignore_errors",
-         "flink_paimon_ignore_errors", "iceberg_connect", "iceberg_connect_commit_1s")
+         "flink_paimon_ignore_errors", "flink_iceberg_no_materialize", "iceberg_connect", "iceberg_connect_commit_1s")
 # a peer run as another's job with extra arguments
 JOBS = {"hudi_precreated": ("hudi", ["--precreate"]),
         "flink_iceberg": ("flink", ["--sink", "iceberg"]), "flink_paimon": ("flink", ["--sink", "paimon"]),
         "flink_iceberg_ignore_errors": ("flink", ["--sink", "iceberg", "--ignore-parse-errors"]),
         "flink_paimon_ignore_errors": ("flink", ["--sink", "paimon", "--ignore-parse-errors"]),
+        "flink_iceberg_no_materialize": ("flink", ["--sink", "iceberg", "--no-upsert-materialize"]),
         "iceberg_connect_commit_1s": ("iceberg_connect", ["--commit-interval-ms", "1000"])}
 
 
@@ -72,7 +73,7 @@ def _env(python: Path) -> dict:
     return env
 
 
-def start(cmd: list[str], python: Path, err) -> subprocess.Popen:
+def launch(cmd: list[str], python: Path, err) -> subprocess.Popen:
     """A peer's job started in a process group of its own (its JVMs with it: `stop`)."""
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=_env(python),
                             start_new_session=True)
@@ -88,10 +89,14 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def command(name: str, python: Path, settings, topic: str, end: int, work: Path, batch: int,
-            table_type: str) -> list[str]:
+            table_type: str, start: int = 0) -> list[str]:
     job_name, extra = JOBS.get(name, (name, []))
     job = [str(python), str(HERE / job_name / "job.py"), "--bootstrap", settings.kafka_bootstrap, "--topic", topic,
            "--table", str(work / f"{name}_table"), "--out", str(work / f"{name}_result"), "--batch", str(batch)]
+    if start:
+        job += ["--start", str(start)]
+    if job_name == "deltars":
+        job += ["--until", str(end)]
     if job_name in ("hudi", "flink", "iceberg_connect"):
         job += ["--jars", str(ROOT / ".cache" / "peers" / job_name / "jars"), "--end", str(end)]
     if job_name == "iceberg_connect":
@@ -102,14 +107,15 @@ def command(name: str, python: Path, settings, topic: str, end: int, work: Path,
 
 
 def run(name: str, settings, topic: str, end: int, expected: dict, work: Path, batch: int = 100_000,
-        table_type: str = "COPY_ON_WRITE", timeout: float = 3600) -> Run:
-    """The peer over the whole of `topic` (offsets 0 to `end`), timed and checked."""
+        table_type: str = "COPY_ON_WRITE", timeout: float = 3600, start: int = 0) -> Run:
+    """The peer over `topic`'s offsets `start` to `end`, timed and checked; from 0 into a new
+    table, from a later `start` into the table an earlier run left."""
     python = setup(JOBS.get(name, (name,))[0])
     work.mkdir(parents=True, exist_ok=True)
     log = work / f"{name}.log"
     began = time.time()
     with log.open("w") as err:
-        process = start(command(name, python, settings, topic, end, work, batch, table_type), python, err)
+        process = launch(command(name, python, settings, topic, end, work, batch, table_type, start), python, err)
         try:
             out, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -22,13 +22,21 @@ def n_of(row_id: int) -> str:
     return f"{row_id % 100000}.25"
 
 
+def load(keys: int) -> Iterator[Change]:
+    """An insert of every key, with the values a bulk load of the benchmark's shape writes
+    (bench.workload.initial_rows: `v` 'initial'): what the merge workload's target holds
+    before its changes."""
+    return (Change("c", row_id, "initial") for row_id in range(keys))
+
+
 def changes(keys: int, count: int, seed: int = 11, unavailable: float = 0.15,
-            delete: float = 0.15) -> Iterator[Change]:
-    """`count` changes over `keys` keys, starting from an empty table: a key not in the table
-    is inserted, one in it is updated (its `v` the placeholder at rate `unavailable`) or
-    deleted (at rate `delete`), so a deleted key comes back with a later insert."""
+            delete: float = 0.15, loaded: bool = False) -> Iterator[Change]:
+    """`count` changes over `keys` keys, starting from an empty table (`loaded`: one holding
+    every key, as after `load`): a key not in the table is inserted, one in it is updated
+    (its `v` the placeholder at rate `unavailable`) or deleted (at rate `delete`), so a
+    deleted key comes back with a later insert."""
     rng = random.Random(seed)
-    live: set[int] = set()
+    live: set[int] = set(range(keys)) if loaded else set()
     for i in range(count):
         row_id = rng.randrange(keys)
         if row_id not in live:

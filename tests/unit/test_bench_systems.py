@@ -35,6 +35,35 @@ def test_a_run_of_a_peer_alone_is_compared_with_cdc_recorded_on_the_same_workloa
     assert other["cdc_vs_iceberg_connect_events_per_s"] == 6.0
 
 
+def test_the_merge_workload_is_compared_with_merge_runs_alone():
+    previous = {"systems_merge_sizes": SIZES, "peer_hudi_merge_events_per_s": 4_000,
+                "peer_flink_paimon_full_identity_events_per_s": 1_000, "peer_deltars_events_per_s": 1_000}
+    cdc = Run("cdc_merge", 200_000, 22.0, 2.0, CHECK, {})  # 10,000 events/s after start-up
+    out = figures([cdc, Run("flink_iceberg_merge", 200_000, 14.0, 4.0, CHECK, {})], previous, SIZES, {}, merge=True)
+    assert {k: v for k, v in out.items() if k.startswith("cdc_vs_")} == {
+        "cdc_vs_flink_iceberg_merge_events_per_s": 0.5, "cdc_vs_hudi_merge_events_per_s": 2.5}
+    assert "systems_merge_sizes" in out and "systems_sizes" not in out
+    alone = figures([Run("deltars_merge", 200_000, 11.0, 1.0, CHECK, {})],
+                    {**previous, "systems_cdc_merge_events_per_s": 30_000, "systems_cdc_events_per_s": 1}, SIZES, {},
+                    merge=True)
+    assert alone["cdc_vs_deltars_merge_events_per_s"] == 1.5
+
+
+def test_the_merge_workload_starts_from_a_table_holding_every_key():
+    from bench.systems import workload
+
+    loaded = list(workload.load(1_000))
+    changes = list(workload.changes(1_000, 2_000, seed=3, loaded=True))
+    first = {}
+    for c in changes:
+        first.setdefault(c.id, c.op)
+    assert set(first.values()) <= {"u", "d"}  # no key's first change is an insert: the table holds it
+    truth = workload.truth(loaded + changes)
+    untouched = set(range(1_000)) - set(first)
+    assert untouched and all(truth[k] == ("initial", workload.n_of(k)) for k in untouched)
+    assert workload.stats(changes)["reinserts"] == workload.stats(changes)["inserts"] > 0
+
+
 def test_freshness_compares_cdc_default_with_the_peers_defaults_and_its_fastest_with_their_fastest():
     from bench.systems.live import Live, figures as live_figures
 

@@ -3,7 +3,10 @@ topic in batches of `--batch` records, flattens the Debezium envelope (`after`, 
 the last change per key by offset, and `DeltaTable.merge` applies it: matched and a delete,
 delete; matched, update all; not matched and not a delete, insert all.
 
-    python job.py --bootstrap HOST:PORT --topic T --table DIR --out result.parquet [--end OFFSET]
+    python job.py --bootstrap HOST:PORT --topic T --table DIR --out result.parquet [--end OFFSET] [--start OFFSET]
+
+With `--start`, it reads from that offset into the table an earlier run left; with `--until`,
+up to that offset rather than the topic's end.
 
 With `--end`, it follows the topic as it is written until that offset, merging what each
 poll got (at most `--batch` records or `--poll-s` seconds of them) and printing a line
@@ -35,13 +38,15 @@ def flatten(offset: int, value: bytes) -> dict | None:
             "_lsn": payload["source"].get("lsn"), "_offset": offset}
 
 
-def batches(bootstrap: str, topic: str, size: int, end: int | None = None, poll_s: float = 5):
-    """(the last change per key, next offset) of each batch: `size` records each up to the
-    topic's end now, or, following up to `end`, what each poll got."""
+def batches(bootstrap: str, topic: str, size: int, end: int | None = None, poll_s: float = 5, start: int = 0,
+            until: int | None = None):
+    """(the last change per key, next offset) of each batch from offset `start`: `size`
+    records each up to `until` (None: the topic's end now), or, following up to `end`, what
+    each poll got."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-systems-deltars",
                          "enable.auto.commit": False, "fetch.max.bytes": 64 << 20})
     low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-    high = high if end is None else end
+    high, low = until or (high if end is None else end), max(low, start)
     consumer.assign([TopicPartition(topic, 0, low)])
     position, last, read = low, {}, 0
     while position < high:
@@ -76,14 +81,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--end", type=int, help="follow the topic up to this offset, merging what each poll got")
     parser.add_argument("--poll-s", type=float, default=0.2, help="following, the longest a poll waits")
+    parser.add_argument("--start", type=int, default=0, help="read from this offset into the table left before")
+    parser.add_argument("--until", type=int, help="read up to this offset, not the topic's end")
     args = parser.parse_args()
     ready = time.time()
-    shutil.rmtree(args.table, ignore_errors=True)
-    write_deltalake(args.table, SCHEMA.empty_table())
+    if not args.start:
+        shutil.rmtree(args.table, ignore_errors=True)
+        write_deltalake(args.table, SCHEMA.empty_table())
     table = DeltaTable(args.table)
-    events = merged = 0
+    events, merged = args.start, 0
     follow = args.end is not None
-    for source, events in batches(args.bootstrap, args.topic, args.batch, args.end, args.poll_s if follow else 5):
+    for source, events in batches(args.bootstrap, args.topic, args.batch, args.end, args.poll_s if follow else 5,
+                                  args.start, args.until):
         upsert(table, source)
         merged += 1
         if follow:
@@ -91,7 +100,7 @@ def main() -> None:
     committed = time.time()
     result = DeltaTable(args.table).to_pyarrow_table(columns=["id", "v", "n"])
     pq.write_table(result, args.out)
-    print(json.dumps({"started": started, "ready": ready, "committed": committed, "events": events,
+    print(json.dumps({"started": started, "ready": ready, "committed": committed, "events": events - args.start,
                       "batches": merged, "version": DeltaTable(args.table).version()}), flush=True)
 
 

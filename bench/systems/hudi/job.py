@@ -4,7 +4,9 @@ Hudi's `PostgresDebeziumSource` flattens it (`after.*`, or `before.*` for a dele
 `_change_operation_type`, `_event_lsn` and the other Debezium columns), and upserted with
 the payload class `PostgresDebeziumAvroPayload` ordered by `_event_lsn`.
 
-    python job.py --jars DIR --topic T --end OFFSET --table DIR --out DIR [--table-type MERGE_ON_READ]
+    python job.py --jars DIR --topic T --end OFFSET --table DIR --out DIR [--table-type MERGE_ON_READ] [--start OFFSET]
+
+With `--start`, it reads from that offset into the table an earlier run left.
 
 With `--follow`, it follows the topic as it is written until `--end`: each commit takes what
 the topic holds beyond the last one (at most `--batch` offsets), and a line
@@ -87,9 +89,9 @@ def end_offsets(spark, bootstrap: str, topic: str):
 def chunks(spark, args):
     """The offset ranges of the commits: `--batch` offsets each; following, what is there."""
     if not args.follow:
-        yield from ((s, min(s + args.batch, args.end)) for s in range(0, args.end, args.batch))
+        yield from ((s, min(s + args.batch, args.end)) for s in range(args.start, args.end, args.batch))
         return
-    end_now, start = end_offsets(spark, args.bootstrap, args.topic), 0
+    end_now, start = end_offsets(spark, args.bootstrap, args.topic), args.start
     while start < args.end:
         high = min(end_now(), args.end, start + args.batch)
         if high > start:
@@ -120,14 +122,16 @@ def main() -> None:
     parser.add_argument("--precreate", action="store_true",
                         help="create the table with an empty commit before the first batch")
     parser.add_argument("--follow", action="store_true", help="follow the topic as it is written until --end")
+    parser.add_argument("--start", type=int, default=0, help="read from this offset into the table left before")
     args = parser.parse_args()
     spark = session(args.jars, args.memory)
     spark.sparkContext.setLogLevel("WARN")
     ready = time.time()
-    shutil.rmtree(args.table, ignore_errors=True)
+    if not args.start:
+        shutil.rmtree(args.table, ignore_errors=True)
     opts = options("systems_hudi", args.table_type)
     commits = 0
-    if args.precreate:
+    if args.precreate and not args.start:
         (flattened(spark, args.bootstrap, args.topic, 0, 0)
          .write.format("hudi").options(**opts).mode("append").save(args.table))
     for start, end in chunks(spark, args):
@@ -139,7 +143,7 @@ def main() -> None:
     committed = time.time()
     shutil.rmtree(args.out, ignore_errors=True)
     spark.read.format("hudi").load(args.table).select("id", "v", "n").write.parquet(args.out)
-    print(json.dumps({"started": started, "ready": ready, "committed": committed, "events": args.end,
+    print(json.dumps({"started": started, "ready": ready, "committed": committed, "events": args.end - args.start,
                       "batches": commits, "table_config": merge_config(args.table)}), flush=True)
     spark.stop()
 
