@@ -82,3 +82,11 @@ def test_freshness_compares_cdc_default_with_the_peers_defaults_and_its_fastest_
     assert {k: v for k, v in again.items() if k.startswith("cdc_vs_")} == {
         "cdc_vs_flink_iceberg_freshness_p95": 0.5, "cdc_vs_flink_iceberg_checkpoint_1s_freshness_p95": 0.5,
         "cdc_vs_hudi_freshness_p95": 2.0}
+
+
+def test_a_peer_that_fails_is_a_result_and_cdc_failing_fails_the_run():
+    from bench.systems.__main__ import exit_code
+
+    assert exit_code({}) == 0
+    assert exit_code({"flink_iceberg": "PeerError: ...", "flink_paimon_full_identity": "..."}) == 0
+    assert exit_code({"cdc_merge": "RuntimeError: ..."}) == 1
