@@ -3,7 +3,8 @@ topic in batches of `--batch` records, flattens the Debezium envelope (`after`, 
 the last change per key by offset, and `DeltaTable.merge` applies it: matched and a delete,
 delete; matched, update all; not matched and not a delete, insert all.
 
-    python job.py --bootstrap HOST:PORT --topic T --table DIR --out result.parquet [--end OFFSET] [--start OFFSET]
+    python job.py --bootstrap HOST:PORT --topic T --table DIR --out result.parquet [--end OFFSET]
+        [--start OFFSET] [--until OFFSET]
 
 With `--start`, it reads from that offset into the table an earlier run left; with `--until`,
 up to that offset rather than the topic's end.
