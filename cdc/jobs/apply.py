@@ -36,6 +36,7 @@ from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
 from cdc.sinks.direct import COLUMNS as DECODED_COLUMNS, UNSEEN, decoding as direct_decoding, write_batch
+from cdc.sinks.direct import part as direct_part
 from cdc.sinks.direct import write as write_directly
 from cdc.sinks.formats import add_missing_columns, open_table, ready_tables
 from cdc.sinks.targets import PROP_COLUMNS
@@ -166,6 +167,22 @@ class UnseenSchema(Exception):
     batch decoded again (never raised past TableApplier)."""
 
 
+@dataclass(frozen=True)
+class DirectPart:
+    """A table's part of a batch many tables share, ready to be written (`TableApplier.direct_part`):
+    its applier, session, target as read, last commit's summary and offsets, what its decoding was
+    built for, its `cdc.direct.DirectBatch.Part` and the batch it ends with."""
+
+    applier: "TableApplier"
+    spark: object
+    table: object
+    summary: dict | None
+    committed: dict[int, int]
+    found: tuple
+    jvm: object
+    batch_id: int
+
+
 @dataclass
 class TableApplier:
     """The foreachBatch function of one table's query. A batch comes in a SparkSession of
@@ -239,10 +256,11 @@ class TableApplier:
             self.schemas = {int(k): v for k, v in json.loads(kept).items()}
         return self
 
-    def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0, records: int | None = None) -> None:
+    def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0, records: int | None = None,
+                 direct: bool = True) -> None:
         """Apply a batch, after it waited `waited_s` for a slot (slots.BatchSlots), of `records`
         Kafka records when the caller knows them (a shared query's range of the table; else
-        `planned_records`)."""
+        `planned_records`); `direct` false when the direct path has just refused it."""
         spark = batch.sparkSession
         self.timer = BatchTimer()
         if waited_s >= WAIT_SHOWN_S:
@@ -274,13 +292,14 @@ class TableApplier:
                     self._evolve(spark, table, batch, dict(list(self.heads.items())[-1:]))
             if self.schemas:
                 try:
-                    if self._direct_batch(spark, table, records, summary, committed, skip, planned, batch_id):
+                    if direct and self._direct_batch(spark, table, records, summary, committed, skip, planned,
+                                                     batch_id):
                         return
                     return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
                 except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
                     pass
-        elif self.avro_judged and self._direct_batch(spark, table, records, summary, committed, skip, planned,
-                                                     batch_id):  # Avro: writer schemas this process judged
+        elif direct and self.avro_judged and self._direct_batch(spark, table, records, summary, committed, skip,
+                                                                planned, batch_id):  # Avro: writer schemas judged
             return
         with self.timer.step("schema"):
             refused = self._evolve(spark, table, batch)
@@ -589,23 +608,86 @@ class TableApplier:
         takes (`planned`: the records the batch was planned with, None if unknown) or holds
         decoded (`direct_bytes`), a target or a mode the direct path does not write, a plan
         that says otherwise."""
+        decoding = self._direct_ready(spark, table, records.schema, planned)
+        if decoding is None:
+            return False
+        decoder, found = decoding
+        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        with self.timer.step("direct"):
+            written = write_batch(spark, decoder, records, self.target_ref, self.deletes_ref, self.key,
+                                  tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT), skip,
+                                  set(self.schemas), bool(toast), self.direct_records, self.direct_bytes)
+        return self._direct_written(spark, table, written, found, summary, committed, batch_id)
+
+    def joins_others(self) -> bool:
+        """Whether the table's small batches may be written in one job with other tables'
+        (jobs/together.py): direct writes on, upsert mode, nothing held back, its record schemas
+        learnt. Its target and records may still refuse (`direct_part`, `direct_done`)."""
+        learnt = self.heads and self.schemas if self.registry is None else self.avro_judged
+        return bool(self.direct_writes and self.mode == "upsert" and not self.held and learnt)
+
+    def direct_part(self, spark, raw_schema, start: dict[int, int], end: dict[int, int], records: int | None,
+                    batch_id: int, waited_s: float = 0.0) -> DirectPart | None:
+        """The table's part of a batch many tables' records share (jobs/together.py), in `spark`
+        (the table's own session): its records of its topic from `start` up to `end` (of the
+        Kafka source's `raw_schema`), `records` of them, batch `batch_id`'s, after a wait of
+        `waited_s`. None when the part needs a batch of its own: its record schemas not learnt
+        yet, or a batch the direct path does not take (`_direct_ready`)."""
+        self.timer = BatchTimer()
+        if waited_s >= WAIT_SHOWN_S:
+            self.timer.steps[WAIT] = waited_s
+        if not self.joins_others():
+            return None
+        with self.timer.step("table"):
+            table = open_table(spark, self.target_ref)
+            summary = table.last_committed_summary()
+        decoding = self._direct_ready(spark, table, raw_schema, records)
+        if decoding is None:
+            return None
+        committed = commits.parse_offsets(summary).get(self.topic, {})
+        skip = committed if self.skip_committed else {}
+        first = {p: max(o, skip.get(p, o)) for p, o in start.items()} | \
+            {p: o for p, o in skip.items() if p not in start}
+        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        jvm = direct_part(spark, decoding[0], self.target_ref, self.deletes_ref, self.topic, self.key,
+                          tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT), first, end,
+                          set(self.schemas), bool(toast), self.direct_records)
+        return DirectPart(self, spark, table, summary, committed, decoding[1], jvm, batch_id)
+
+    def direct_done(self, part: DirectPart, written) -> bool:
+        """The table's `part` written with the others' (sinks/direct.py's `write_parts`),
+        committed as `_direct_batch` commits its own; False, with nothing committed, when it
+        needs a batch of its own through a query."""
+        try:
+            return self._direct_written(part.spark, part.table, written, part.found, part.summary, part.committed,
+                                        part.batch_id)
+        except UnseenSchema:
+            return False
+
+    def _direct_ready(self, spark, table, raw_schema, planned: int | None):
+        """The table's decoding of the Kafka source's rows of `raw_schema` for the direct path,
+        and what it was built for; None when the batch does not take it (direct writes off,
+        a mode other than upsert, a bootstrap's rows to hold back, a target the path refuses,
+        more records than a task takes, a decoding that is not a chain of projections). The
+        delete memory's expired entries are dropped first when due."""
         if (not self.direct_writes or self.mode != "upsert" or self.held or not table.has_direct_path
                 or (planned or 0) > self.direct_records):
-            return False
+            return None
         known = {k: v for k, v in (self.schemas if self.registry is None else self.avro_judged).items() if v}
-        headers = "headers" in records.columns
-        found = ("direct", tuple(sorted(known.items())), headers, tuple(self.heads), records.schema.json(),
+        headers = "headers" in raw_schema.fieldNames()
+        found = ("direct", tuple(sorted(known.items())), headers, tuple(self.heads), raw_schema.json(),
                  tuple(sorted(self.avro_schemas)), tuple(sorted(self.avro_judged)))
-        decoder = self._plan(found, lambda: self._direct_decoding(spark, records.schema, known, headers))
+        decoder = self._plan(found, lambda: self._direct_decoding(spark, raw_schema, known, headers))
         if decoder is None:
-            return False
+            return None
         self._forget_deletes(spark)
-        toast = tuple(c.name for c in toastable(self.columns, self.key))
-        names = tuple(c.name for c in self.columns)
-        with self.timer.step("direct"):
-            written = write_batch(spark, decoder, records, self.target_ref, self.deletes_ref, self.key, names,
-                                  table.properties().get(TRUNCATED_AT), skip, set(self.schemas), bool(toast),
-                                  self.direct_records, self.direct_bytes)
+        return decoder, found
+
+    def _direct_written(self, spark, table, written, found: tuple, summary: dict | None, committed: dict[int, int],
+                        batch_id: int) -> bool:
+        """A batch the direct path decoded and wrote (`written`, a sinks/direct.py Batch):
+        committed when its stats' plan allows, else its files discarded and False returned (it
+        then takes a query); UnseenSchema when it holds a schema not judged yet."""
         if written.reason is not None:
             self.timer.rename("direct", "direct refused")
             if written.reason == UNSEEN:
@@ -616,6 +698,7 @@ class TableApplier:
         stats = [PartitionStats(s["partition"], s["first"], s["last"], s["records"], s["position"], s["source_ts_ms"],
                                 s["errors"], s["deletes"], schemas=frozenset(s["schemas"]),
                                 transaction=transaction_of(s.get("transaction"))) for s in written.stats()]
+        toast = tuple(c.name for c in toastable(self.columns, self.key))
         target = Target(self.topic, self.topic_id, self.job, self.mode, toast, None, committed, summary,
                         self.schemas, None)
         plan = plan_batch(stats, target, batch_id, self._planned_end(batch_id))

@@ -16,9 +16,10 @@ from cdc.decoding.avro import SchemaRegistry
 from cdc.jobs import shared
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.backlog import auto_batch_cap, batch_sizing, heap_bytes
-from cdc.jobs.reading import batch_cap, kafka_options, kafka_range
+from cdc.jobs.reading import batch_cap, kafka_options, kafka_range, kafka_ranges
 from cdc.jobs.slots import BatchGate, BatchSlots, batch_slots
 from cdc.jobs.targets import Target, open_target
+from cdc.jobs.together import Together
 from cdc.log import log
 from cdc.sinks.session import make_active
 
@@ -156,8 +157,13 @@ class Queries:
             make_active(session)  # on the worker's thread
             return kafka_range(session, settings, appliers[table].topic, first, last, f"cdc-shared-{table}")
 
-        batch = self.gates[name] = shared.SharedBatch(appliers, read, checkpoint, self.slots, start, cap)
-        batch.sessions.update({n: session for n, (_, session, _) in members.items()})
+        def read_ranges(session, ranges: dict):
+            return kafka_ranges(session, settings, ranges, "cdc-shared-together")
+
+        sessions = {n: session for n, (_, session, _) in members.items()}
+        batch = self.gates[name] = shared.SharedBatch(appliers, read, checkpoint, self.slots, start, cap,
+                                                      apply_together=Together(appliers, sessions, read_ranges))
+        batch.sessions = sessions
         return _started(reader, name, batch, checkpoint, available_now, regs[0].options.trigger_interval_s), batch
 
     def stop(self, name: str, query) -> None:

@@ -12,6 +12,7 @@ from cdc.log import log
 
 FETCH_WAIT_MS = 20  # the longest a task's fetch of its records waits at the broker for more
 FETCH_PARTITION_BYTES = 1 << 20  # the most a fetch takes of one partition (Kafka's default)
+Range = tuple[dict[int, int], dict[int, int]]  # a topic's start and end offsets, by partition
 
 
 def batch_cap(reg: TableRegistration, heap_bytes: int, record_bytes: float | None, batches: int) -> int:
@@ -53,10 +54,36 @@ def kafka_range(spark, settings: Settings, topic: str, start: dict[int, int], en
     consumers: the executors keep them cached by group and partition, and a batch read
     otherwise names a new group each time, so each read made (and connected) new ones.
     Partitions are assigned, never subscribed, and no offset is committed to the group."""
+    return kafka_ranges(spark, settings, {topic: (start, end)}, group)
+
+
+def kafka_ranges(spark, settings: Settings, ranges: dict[str, Range], group: str):
+    """The records of each topic of `ranges` (topic -> (start, end)), as `kafka_range` reads one."""
     return (spark.read.format("kafka").options(**kafka_options(spark, settings))
             .option("kafka.group.id", group)
-            .option("assign", json.dumps({topic: sorted(end)}))
-            .option("startingOffsets", json.dumps({topic: {str(p): start.get(p, shared.EARLIEST) for p in end}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
+            .option("assign", json.dumps({topic: sorted(end) for topic, (_, end) in ranges.items()}))
+            .option("startingOffsets", json.dumps({topic: {str(p): start.get(p, shared.EARLIEST) for p in end}
+                                                   for topic, (start, end) in ranges.items()}))
+            .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}
+                                                 for topic, (_, end) in ranges.items()}))
             .load())
 
+
+def spanning(ranges: list[tuple[str, dict[int, int], dict[int, int]]]) -> dict[str, Range]:
+    """One read's range of each topic that covers the (topic, start, end) `ranges` of several
+    tables: the lowest start (a partition a table's start lacks: from the earliest) and the
+    highest end of each partition."""
+    out: dict[str, Range] = {}
+    for topic, start, end in ranges:
+        if topic not in out:
+            out[topic] = (dict(start), dict(end))
+            continue
+        low, high = out[topic]
+        for p in set(low) | set(start) | set(end) | set(high):
+            if p not in low or p not in start:
+                low.pop(p, None)
+            else:
+                low[p] = min(low[p], start[p])
+        for p, o in end.items():
+            high[p] = max(o, high.get(p, o))
+    return out

@@ -14,8 +14,12 @@ from cdc.config.models import TableRegistration
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.errors import ApplyError
 from cdc.jobs.backlog import claim
+from cdc.log import log
 
 EARLIEST = -2  # Spark's per-partition code in `startingOffsets`
+TOGETHER_TABLES = 8  # the most tables whose small batches one Spark job writes (jobs/together.py)
+TOGETHER_SMALL = 1000  # ... each of at most this many records
+TOGETHER_RECORDS = 4096  # ... and of them all
 
 
 def groups(tables: list[TableRegistration]) -> dict[str, list[str]]:
@@ -57,6 +61,30 @@ def due(topics: dict[str, str], starts: dict[str, dict[int, int]], end: dict[str
             if any(o > starts.get(name, {}).get(p, -1) for p, o in end.get(topic, {}).items())]
 
 
+def together(candidates: list[tuple[str, int | None, bool]], records: int = TOGETHER_RECORDS,
+             tables: int = TOGETHER_TABLES, small: int = TOGETHER_SMALL) -> list[str]:
+    """The tables applied in one job with the first of `candidates` (name, its records, whether
+    its batch may join others': one the direct path may take), strongest claim first: the
+    first alone unless its batch is small (at most `small` records) and may join, else with
+    the next small ones that may, as long as the records of all stay within `records` and the
+    tables within `tables`. A big batch costs its records, not a job, and goes alone: in a
+    job with others, its commit would wait for their writes."""
+    def joinable(count: int | None, joins: bool) -> bool:
+        return joins and count is not None and count <= small
+
+    first, count, joins = candidates[0]
+    chosen, total = [first], count or 0
+    if not joinable(count, joins):
+        return chosen
+    for name, count, joins in candidates[1:]:
+        if len(chosen) == tables:
+            break
+        if joinable(count, joins) and total + count <= records:
+            chosen.append(name)
+            total += count
+    return chosen
+
+
 def records_between(start: dict[int, int], end: dict[int, int]) -> int | None:
     """The records from `start` up to `end` (None: a partition `start` lacks, so unknown)."""
     if any(p not in start for p in end):
@@ -76,11 +104,16 @@ class SharedBatch:
     quiet one when it has changes, and none waits for the others of a batch. A table that
     fails is kept in `failed` (the supervisor moves it to a query of its own) and the others
     go on; a table `join`s again from its committed offsets (any topic in `start` is read).
-    `close` lets the tables being applied finish and stops the workers."""
+    `close` lets the tables being applied finish and stops the workers. Given `apply_together`
+    (jobs/together.py), a worker applies the small batches of several tables (`together`) in
+    one Spark job: it returns, by table, True when applied, False when the table needs a batch
+    of its own (then applied alone, by a query), or the table's error."""
 
-    def __init__(self, appliers: dict, read, checkpoint: Path, slots, start: str, cap: int, clock=time.monotonic):
+    def __init__(self, appliers: dict, read, checkpoint: Path, slots, start: str, cap: int, clock=time.monotonic,
+                 apply_together=None):
         self.appliers, self.read, self.checkpoint, self.slots, self.cap = appliers, read, checkpoint, slots, cap
-        self.clock = clock
+        self.clock, self.apply_together = clock, apply_together
+        self.together_tables = TOGETHER_TABLES
         self.topics = {name: applier.topic for name, applier in appliers.items()}
         self.sessions: dict = {}  # each table's SparkSession, for `read` (queries.Queries.start_shared)
         first = {topic: {int(p): o for p, o in parts.items() if o >= 0} for topic, parts in json.loads(start).items()}
@@ -137,7 +170,25 @@ class SharedBatch:
     def _pick(self) -> tuple[str, int, dict[int, int], int | None] | None:
         """The table to apply next (the caller holds `cond`): its name, the batch its range
         ends with, that end, and its records; None when no table has anything to apply."""
-        best, now = None, self.clock()
+        due = self._due()
+        return due[0] if due else None
+
+    def _picks(self) -> list[tuple[str, int, dict[int, int], int | None]]:
+        """The tables to apply next, in one job (`together`) when `apply_together` is given:
+        each as `_pick` gives it (the caller holds `cond`)."""
+        due = self._due()
+        if not due or self.apply_together is None:
+            return due[:1]
+        by_name = {d[0]: d for d in due}
+        joins = {name: getattr(self.appliers[name], "joins_others", lambda: False)() for name in by_name}
+        return [by_name[name] for name in together([(d[0], d[3], joins[d[0]]) for d in due],
+                                                   tables=self.together_tables)]
+
+    def _due(self) -> list[tuple[str, int, dict[int, int], int | None]]:
+        """The tables with records to apply, not being applied, strongest claim first
+        (backlog.claim): each with the batch its range ends with, that end, and its records,
+        as far as `cap` records allow (the caller holds `cond`)."""
+        due, now = [], self.clock()
         for name in sorted(self.appliers.keys() - self.busy):  # a table that failed has left `appliers`
             topic, start = self.topics[name], self.next[name]
             first = self._first_due(name, topic, start)
@@ -150,10 +201,9 @@ class SharedBatch:
                 if more is None or more > self.cap:
                     break
                 chosen, records = (later, end[topic]), more
-            strength = claim(records, now - at)
-            if best is None or strength > best[0]:
-                best = (strength, name, chosen[0], chosen[1], records)
-        return None if best is None else best[1:]
+            due.append((claim(records, now - at), name, chosen[0], chosen[1], records))
+        due.sort(key=lambda d: -d[0])  # stable: of equal claims, by name
+        return [d[1:] for d in due]
 
     def _first_due(self, name: str, topic: str, start: dict[int, int]) -> int:
         """The first plan with records of table `name` past `start` (len(plans): none). A
@@ -171,32 +221,61 @@ class SharedBatch:
     def _work(self) -> None:
         while True:
             with self.cond:
-                while not self.closed and (picked := self._pick()) is None:
+                while not self.closed and not (picked := self._picks()):
                     self.cond.wait()
                 if self.closed:
                     return
-                name, batch_id, end, records = picked
-                self.busy.add(name)
-                start = dict(self.next[name])
-            end = {p: max(o, start.get(p, o)) for p, o in end.items()}  # a table that joined ahead of the plans
-            applied = False
+                ranges = {}
+                for name, batch_id, end, records in picked:
+                    self.busy.add(name)
+                    start = dict(self.next[name])
+                    end = {p: max(o, start.get(p, o)) for p, o in end.items()}  # a table that joined ahead
+                    ranges[name] = (batch_id, start, end, records)
+            done: dict[str, bool | BaseException] = {}
             try:
                 asked = self.clock()
-                with self.slots.held(records):
+                counts = [r[3] for r in ranges.values()]
+                with self.slots.held(None if None in counts else sum(counts)):
                     if not self.closed:  # closed while it waited: the next start reads it from the table
-                        self.appliers[name](self.read(name, start, end), batch_id, self.clock() - asked, records)
-                        applied = True
-            except BaseException as e:  # noqa: BLE001 - the table's failure, not the others'
-                with self.cond:
-                    self.failed[name] = e
-                    self.appliers.pop(name)  # the supervisor gives it a query of its own
+                        done = self._apply(ranges, self.clock() - asked)
+            except BaseException as e:  # noqa: BLE001 - the tables' failure, not the others'
+                done = {name: e for name in ranges}
             finally:
                 with self.cond:
-                    if applied:
-                        self.next[name] = {**self.next[name], **end}
+                    for name, outcome in done.items():
+                        if outcome is True:
+                            self.next[name] = {**self.next[name], **ranges[name][2]}
+                        elif isinstance(outcome, BaseException):
+                            self.failed[name] = outcome
+                            self.appliers.pop(name, None)  # the supervisor gives it a query of its own
+                    if any(outcome is True for outcome in done.values()):
                         self._forget_plans()
-                    self.busy.discard(name)
+                    self.busy.difference_update(ranges)
                     self.cond.notify_all()
+
+    def _apply(self, ranges: dict[str, tuple], waited_s: float) -> dict[str, bool | BaseException]:
+        """Apply each table's range (batch id, start, end, records): several in one job, a table
+        that needs a batch of its own (or is alone) by its applier; by table, True when applied
+        or its error."""
+        done: dict[str, bool | BaseException] = {}
+        if len(ranges) > 1:
+            try:
+                done = self.apply_together(ranges, waited_s)
+            except Exception as e:  # noqa: BLE001 - each table is then applied alone, its own error its own
+                log(f"{len(ranges)} tables' batches could not share a job, each is applied alone: "
+                    f"{str(e).splitlines()[0][:300]}", event="together-failed", level="warning", tables=sorted(ranges))
+        for name, (batch_id, start, end, records) in ranges.items():
+            if name in done and done[name] is not False:
+                continue
+            try:
+                if done.get(name) is False:  # the direct path just refused it
+                    self.appliers[name](self.read(name, start, end), batch_id, waited_s, records, direct=False)
+                else:
+                    self.appliers[name](self.read(name, start, end), batch_id, waited_s, records)
+                done[name] = True
+            except BaseException as e:  # noqa: BLE001 - the table's failure, not the others'
+                done[name] = e
+        return done
 
     def _forget_plans(self) -> None:
         """Drop the plans every table has read past, the newest kept (the caller holds `cond`)."""

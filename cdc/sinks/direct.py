@@ -2,7 +2,8 @@
 events deduped, guarded by the delete memory and written as a data file and deletion
 vectors in one task, then committed as one RowDelta, with no MERGE planned; with
 `cdc.direct.DirectBatch` (`write_batch`), the same task also decodes and counts the batch's
-Kafka records, with no query planned at all. It does what
+Kafka records, with no query planned at all, and one task does so for many tables' parts of
+a batch (`write_parts`). It does what
 planning/merge.py's MERGE does in upsert mode, and only where that is provably the same
 (`refusal`, and the batch's own reasons in jobs/plan.py); everything else goes through the
 MERGE."""
@@ -60,6 +61,12 @@ class Batch:
         self.reason: str | None = pending.reason()
         self.cpu_s = 0.0
 
+    def task_s(self) -> tuple[float, ...]:
+        """Seconds: the task's decoding and counting its records, writing its files, of the
+        decoding making its projections; the driver's preparing it; the task's reading the
+        batch's records (of every part); of the writing, finding the current rows."""
+        return tuple(n / 1e9 for n in self.pending.taskNanos())
+
     def stats(self) -> list[dict]:
         """Its stats per Kafka partition (jobs/plan.py's PartitionStats fields)."""
         return json.loads(self.pending.stats())
@@ -95,3 +102,22 @@ def write_batch(spark, decoder, batch, ref: str, memory_ref: str, key: tuple[str
                                                  list(columns), floor, dict(committed),
                                                  None if known is None else list(known), toast, limit, max_bytes)
     return Batch(spark, pending)
+
+
+def part(spark, decoder, ref: str, memory_ref: str, topic: str, key: tuple[str, ...], columns: tuple[str, ...],
+         floor: str | None, start: dict[int, int], end: dict[int, int], known: set[int] | None, toast: bool,
+         limit: int):
+    """Table `ref`'s part of a batch of many tables' records, for `write_parts`: the records of
+    `topic` from `start` up to `end` (each partition's; one `start` lacks: from the first, one
+    `end` lacks: to the last), decoded with `decoder` and written as `write_batch` does."""
+    return jvm_class(spark, BATCH_HELPER).part(decoder, ref, memory_ref, topic, list(key), list(columns), floor,
+                                               dict(start), dict(end), None if known is None else list(known),
+                                               toast, limit)
+
+
+def write_parts(spark, batch, parts: list, max_bytes: int = 0) -> list[Batch]:
+    """Decode and write the `parts` (`part`) of one batch, the Kafka source's rows `batch` of
+    their topics, in one Spark job of one task: each part's Batch, in order, uncommitted. A part
+    that needs a query says why (`Batch.reason`) and the others go on."""
+    pending = jvm_class(spark, BATCH_HELPER).runAll(spark._jsparkSession, batch._jdf, parts, max_bytes)
+    return [Batch(spark, p) for p in pending]

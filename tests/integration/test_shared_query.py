@@ -5,6 +5,7 @@ it again once it runs."""
 from __future__ import annotations
 
 import json
+import re
 
 import yaml
 from confluent_kafka import Producer
@@ -227,3 +228,47 @@ def test_one_table_is_fixed_while_the_others_run(it_env, tmp_path, capsys):
     assert proc.returncode == 0, tail(log_path)  # every table runs at the end
     assert f"{s}.fx_b: handed over to process" in text and text.count("failed: ") == 1, tail(log_path)
     assert f"{s}.fx_b: trying the failed table again" not in text, tail(log_path)
+
+
+def test_small_batches_of_several_tables_are_written_by_one_job_each_table_committed_alone(it_env, tmp_path):
+    """Continuous: the tables' small batches of a shared query are decoded and written by one
+    Spark job, then each table is committed with its own offsets. A table whose part needs a
+    query (a bad record for its dead letters, a truncate, a key change) takes a batch of its
+    own and the others still share theirs; every target ends equal to its source."""
+    env, s, tables = it_env, it_env.schema, ("tg_a", "tg_b", "tg_c", "tg_d")
+    create(env, tables)
+    config = shared_config(env, tmp_path)
+    log_path = tmp_path / "driver.log"
+    with open(log_path, "w") as log:
+        proc = start_driver(env, "tg_*", log, config=config)
+    try:
+        wait_equal(env, tables, proc, log_path)  # a table's first batch learns its records' schema alone
+        env.transaction(*[f'UPDATE "{s}".{t} SET v = \'one\' WHERE id <= 5' for t in tables],
+                        *[f'DELETE FROM "{s}".{t} WHERE id = 7' for t in tables],
+                        *[f'INSERT INTO "{s}".{t} VALUES (50, \'fifty\')' for t in tables])
+        env.wait_captured(env.marker())
+        wait_equal(env, tables, proc, log_path)
+        wait_line(proc, log_path, "tables' batches decoded and written by one job")
+
+        producer = Producer(kafka_access(env.settings).client())
+        producer.produce(f"{env.source}.{s}.tg_a", key=b'{"id": 1}', value=b"not json")  # a dead letter
+        assert producer.flush(30) == 0
+        env.transaction(f'TRUNCATE "{s}".tg_b', f'INSERT INTO "{s}".tg_b VALUES (1, \'after\')',
+                        f'UPDATE "{s}".tg_c SET id = 60 WHERE id = 2',  # a key change
+                        f'UPDATE "{s}".tg_d SET v = \'two\' WHERE id > 10', f'DELETE FROM "{s}".tg_d WHERE id = 3')
+        env.wait_captured(env.marker())
+        wait_equal(env, tables, proc, log_path)
+        env.transaction(*[f'UPDATE "{s}".{t} SET v = \'three\' WHERE id = 1' for t in tables])
+        env.wait_captured(env.marker())
+        wait_equal(env, tables, proc, log_path)
+    finally:
+        interrupt(proc)
+        wait_or_kill(proc, 60)
+    text = log_path.read_text()
+    assert proc.returncode == 0, tail(log_path)
+    assert len(env.catalog.load_table(f"{s}.tg_a__cdc_dead_letters").scan().to_arrow()) == 1
+    for t in tables:
+        topic = f"{env.source}.{s}.{t}"
+        assert parse_offsets(env.summaries(t)[-1])[topic][0] == end_offset(env, topic)
+    shared = [int(n) for n in re.findall(r"(\d+) tables' batches decoded and written by one job", text)]
+    assert shared and min(shared) > 1, tail(log_path)

@@ -248,3 +248,51 @@ def test_each_path_s_commit_names_the_transaction_of_the_table_s_last_change(scr
     t.tombstone({"id": 2})
     apply_both(pair, t.take())
     assert [parse_transaction(h.summaries()[-1]) for h in pair] == [("580", 1)] * 2
+
+
+def test_several_tables_batches_share_one_job_and_a_table_needing_a_query_goes_alone(scratch, table_name):
+    """Three tables' records in one batch (jobs/together.py): each table's part decoded,
+    counted and written by one job's task, then committed with its own offsets; the table
+    whose part holds a bad record is told to take a batch of its own, which then applies it
+    as the MERGE-only target does; a table's part leaves out the other topics' records and
+    those past its range."""
+    from cdc.jobs.together import Together
+    from tests.spark.test_merge_semantics import KAFKA_SCHEMA
+
+    def frame(records: list):
+        return spark.createDataFrame([r if len(r) == 6 else (*r, []) for r in records], KAFKA_SCHEMA)
+
+    spark, _ = scratch
+    pairs = [both(scratch, f"{table_name}_{i}") for i in range(3)]
+    topics = [pair[0].topic for pair in pairs]
+    for pair, t in zip(pairs, topics):  # a table's first batch learns its records' schema alone
+        t.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+        assert apply_both(pair, t.take()) == "direct"
+    starts = [t.next_offset for t in topics]
+    for i, t in enumerate(topics):
+        t.change("u", {"id": 1, "v": f"b{i}", "n": 2}, 200, 210)
+        t.change("c", {"id": 2, "v": "c", "n": 3}, 200, 220)
+        if i == 1:
+            t.raw(b'{"schema": {}, "payload": {"id": 3}}', b"\x00\xffgarbage")  # a dead letter
+        if i == 2:
+            t.change("d", {"id": 1, **ROW}, 200, 230)
+    taken, ends = [t.take() for t in topics], [t.next_offset for t in topics]
+    later = topics[0].change("c", {"id": 9, "v": "later", "n": 9}, 300, 310)  # past table 0's range
+    batch = frame([*(r for records in taken for r in records), later])
+    appliers = {pair[0].applier.name: pair[0].applier for pair in pairs}
+    ranges = {name: (pair[0].batch_id, {0: start}, {0: end}, len(records))
+              for name, pair, start, end, records in zip(appliers, pairs, starts, ends, taken)}
+    read = []
+    done = Together(appliers, dict.fromkeys(appliers, spark),
+                    lambda session, spans: read.append(spans) or batch)(ranges, 0.0)
+    names = list(appliers)
+    assert done == {names[0]: True, names[1]: False, names[2]: True}
+    assert read[-1] == {t.name: ({0: start}, {0: end}) for t, start, end in zip(topics, starts, ends)}
+    assert "together" in pairs[0][0].applier.timer.steps
+    pairs[1][0].applier(frame(taken[1]), pairs[1][0].batch_id, direct=False)  # its batch of its own
+    for pair, t, records, end in zip(pairs, topics, taken, ends):
+        pair[0].batch_id += 1
+        pair[1].apply(records)
+        assert rows(pair[0]) == rows(pair[1])
+        assert parse_offsets(pair[0].summaries()[-1]) == {t.name: {0: end}}
+    assert 9 not in pairs[0][0].rows() and len(pairs[1][0].dead_letters()) == 1

@@ -154,3 +154,76 @@ def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(t
                        (("b", {0: 45, 1: 9}, {0: 50, 1: 9}), 0),  # never an end below where it starts
                        (("b", {0: 50, 1: 9}, {0: 60, 1: 12}), 1)]
     assert batch.applied("b") == {0: 60, 1: 12}
+
+
+def test_small_batches_join_the_strongest_claim_s_job_within_its_limits():
+    from cdc.jobs.shared import together
+
+    candidates = [("a", 300, True), ("big", None, True), ("loner", 5, False), ("huge", 5000, True), ("q1", 50, True),
+                  ("q2", 600, True), ("q3", 10, True)]
+    # not one of unknown size, one that may not join, nor a big one
+    assert together(candidates, records=4096, tables=8, small=1000) == ["a", "q1", "q2", "q3"]
+    assert together(candidates, records=900, tables=8, small=1000) == ["a", "q1", "q3"]  # q2: past 900 in all
+    assert together(candidates, records=4096, tables=2, small=1000) == ["a", "q1"]
+    assert together(candidates, records=4096, tables=8, small=100) == ["a"]  # a big one goes alone
+    for alone in ("big", "loner", "huge"):  # the first, when it may not join
+        at = [c[0] for c in candidates].index(alone)
+        assert together(candidates[at:], records=4096, tables=8, small=1000) == [alone]
+
+
+def test_one_read_spans_the_ranges_of_the_tables_of_each_topic():
+    from cdc.jobs.reading import spanning
+
+    assert spanning([("t.a", {0: 5, 1: 7}, {0: 9, 1: 8}), ("t.a", {0: 3, 1: 8}, {0: 6, 1: 9}),
+                     ("t.b", {0: 1}, {0: 2, 1: 4}), ("t.c", {0: 4}, {0: 6}), ("t.c", {}, {0: 6})]) == {
+        "t.a": ({0: 3, 1: 7}, {0: 9, 1: 9}),
+        "t.b": ({0: 1}, {0: 2, 1: 4}),  # partition 1: from its earliest, as its table reads it
+        "t.c": ({}, {0: 6}),  # a table of it reads partition 0 from its earliest
+    }
+
+
+def test_a_worker_applies_several_tables_in_one_job_and_alone_those_that_need_it(tmp_path):
+    """The planner and its workers, without Spark: the due tables that may join go to
+    `apply_together` at once; one it says needs a batch of its own is applied alone with the
+    direct path off, one that failed in it leaves, and the others' next reads start past
+    their ranges."""
+    import json
+
+    from cdc.jobs.slots import BatchSlots
+    from cdc.jobs.shared import SharedBatch
+
+    (tmp_path / "offsets").mkdir()
+    alone, together_calls = [], []
+
+    class Applier:
+        def __init__(self, topic, joins=True):
+            self.topic, self.joins = topic, joins
+
+        def joins_others(self):
+            return self.joins
+
+        def __call__(self, part, batch_id, waited_s, records, direct=True):
+            alone.append((part[0], batch_id, records, direct))
+
+    def apply_together(ranges, waited_s):
+        together_calls.append(dict(ranges))
+        return {"a": True, "b": False, "c": ValueError("its target is gone")}
+
+    appliers = {"a": Applier("t.a"), "b": Applier("t.b"), "c": Applier("t.c"), "d": Applier("t.d", joins=False)}
+    start = json.dumps({t: {"0": 0} for t in ("t.a", "t.b", "t.c", "t.d")})
+    batch = SharedBatch(appliers, lambda name, first, last: (name, first, last), tmp_path, BatchSlots(1), start,
+                        cap=100, apply_together=apply_together)
+    batch.together_tables = 3
+    try:
+        with batch.cond:
+            (tmp_path / "offsets" / "0").write_text("v1\n{}\n" + json.dumps(
+                {"t.a": {"0": 30}, "t.b": {"0": 20}, "t.c": {"0": 10}, "t.d": {"0": 5}}))
+            batch(None, 0)
+        assert batch.drained(30)
+    finally:
+        batch.close()
+    assert together_calls == [{"a": (0, {0: 0}, {0: 30}, 30), "b": (0, {0: 0}, {0: 20}, 20),
+                               "c": (0, {0: 0}, {0: 10}, 10)}]
+    assert alone == [("b", 0, 20, False), ("d", 0, 5, True)]
+    assert [batch.applied(n) for n in "abd"] == [{0: 30}, {0: 20}, {0: 5}]
+    assert list(batch.take_failed()) == ["c"]

@@ -9,8 +9,11 @@ import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Queue;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentLinkedQueue;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -41,7 +44,6 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
-import scala.Function1;
 import scala.collection.immutable.Seq;
 
 /**
@@ -86,6 +88,7 @@ public final class DirectBatch {
     final List<Seq<Attribute>> inputs;
     final DataType[] types;
     final long schemaId;  // the target schema it was made for
+    final String id = UUID.randomUUID().toString();  // its projections' key in the executors (COMPILED)
     private transient Broadcast<Decoding> shared;  // sent to the executors once, freed with the decoding
 
     Decoding(StructType raw, List<Seq<Expression>> stages, List<Seq<Attribute>> inputs, DataType[] types,
@@ -97,12 +100,70 @@ public final class DirectBatch {
       this.schemaId = schemaId;
     }
 
+    /** Its chain of projections for a task of partition {@code partition}: one a task before left
+     * ({@link #release}), else made now. Each stage but the last evaluates into a row of references
+     * (no copy of its values); the last writes the decoded row. An unsafe row per stage would hold a
+     * copy of the record's value in each, twice its size: a 32 MiB record then took over 1 GiB of heap. */
+    Chain chain(int partition) {
+      Queue<Chain> kept;
+      synchronized (COMPILED) {
+        kept = COMPILED.get(id);
+      }
+      Chain chain = kept == null ? null : kept.poll();
+      if (chain == null) {
+        int last = stages.size() - 1;
+        MutableProjection[] middle = new MutableProjection[last];
+        for (int i = 0; i < last; i++) {
+          middle[i] = MutableProjection$.MODULE$.create(stages.get(i), inputs.get(i));
+        }
+        chain = new Chain(middle, UnsafeProjection$.MODULE$.create(stages.get(last), inputs.get(last)));
+      }
+      for (MutableProjection p : chain.middle) {
+        p.initialize(partition);
+      }
+      chain.last.initialize(partition);
+      return chain;
+    }
+
+    /** Keep {@code chain} for the next task (one that wrote a row of {@code largest} bytes or more than
+     * {@link #KEPT_ROW_BYTES} is dropped: its buffer stays that size). */
+    void release(Chain chain, long largest) {
+      if (largest > KEPT_ROW_BYTES) {
+        return;
+      }
+      synchronized (COMPILED) {
+        COMPILED.computeIfAbsent(id, k -> new ConcurrentLinkedQueue<>()).add(chain);
+      }
+    }
+
     /** This decoding broadcast, once: Spark's cleaner frees it when the decoding is dropped. */
     synchronized Broadcast<Decoding> shared(SparkSession spark) {
       if (shared == null) {
         shared = JavaSparkContext.fromSparkContext(spark.sparkContext()).broadcast(this);
       }
       return shared;
+    }
+  }
+
+  /** The most decodings whose projections an executor keeps made between batches, the least recently
+   * used dropped first (making them costs a table about 0.1 s of a batch's task). */
+  static final int KEPT_DECODINGS = 1024;
+  static final long KEPT_ROW_BYTES = 1 << 20;
+  private static final Map<String, Queue<Chain>> COMPILED = new LinkedHashMap<>(16, 0.75f, true) {
+    @Override
+    protected boolean removeEldestEntry(Map.Entry<String, Queue<Chain>> eldest) {
+      return size() > KEPT_DECODINGS;
+    }
+  };
+
+  /** A decoding's projections, from the Kafka source's row to the decoded one. */
+  record Chain(MutableProjection[] middle, UnsafeProjection last) {
+    InternalRow apply(InternalRow r) {
+      InternalRow e = r;
+      for (MutableProjection p : middle) {
+        e = p.apply(e);
+      }
+      return last.apply(e);
     }
   }
 
@@ -159,19 +220,30 @@ public final class DirectBatch {
     Map<Integer, Stats> stats = new TreeMap<>();
     String reason;
     DirectDelta.Written written;
+    long decodeNanos;  // the task's time decoding and counting the part's records
+    long writeNanos;  // ... and writing its files
+    long compileNanos;  // ... of it, making its decoding's projections
+    long prepareNanos;  // the driver's, loading the part's tables and sending them to the task
+    long readNanos;  // the task's reading the batch's records (of every part)
   }
 
   /** A batch decoded and written, not yet committed: the driver's handle on it. */
   public static final class Pending {
-    private final Table table;
-    private final Table memory;
-    private final Outcome outcome;
+    final Table table;
+    final Table memory;
+    final Outcome outcome;
     private boolean remembered;
 
     Pending(Table table, Table memory, Outcome outcome) {
       this.table = table;
       this.memory = memory;
       this.outcome = outcome;
+    }
+
+    /** The task's nanoseconds decoding the part's records and writing its files. */
+    public long[] taskNanos() {
+      return new long[] {outcome.decodeNanos, outcome.writeNanos, outcome.compileNanos, outcome.prepareNanos,
+                         outcome.readNanos, outcome.written == null ? 0L : outcome.written.findNanos};
     }
 
     /** Why the batch needs a query (null: its files are written). */
@@ -235,112 +307,270 @@ public final class DirectBatch {
     }
   }
 
+  /** A table's part of a batch: what {@link #runAll} decodes and writes for it. */
+  public static final class Part implements Serializable {
+    final transient Decoding decoding;  // broadcast to the task on its own
+    final String name;
+    final String memory;
+    final String topic;
+    final List<String> key;
+    final List<String> columns;
+    final String floor;
+    final Map<Integer, Long> from = new HashMap<>();
+    final Map<Integer, Long> until = new HashMap<>();
+    final Set<Long> known;
+    final boolean toast;
+    final long limit;
+
+    Part(Decoding decoding, String name, String memory, String topic, List<?> key, List<?> columns, String floor,
+         Map<?, ?> from, Map<?, ?> until, List<?> known, boolean toast, long limit) {
+      this.decoding = decoding;
+      this.name = name;
+      this.memory = memory;
+      this.topic = topic;
+      this.key = key.stream().map(String::valueOf).toList();
+      this.columns = columns.stream().map(String::valueOf).toList();
+      this.floor = floor;
+      from.forEach((p, o) -> this.from.put(((Number) p).intValue(), ((Number) o).longValue()));
+      if (until != null) {
+        until.forEach((p, o) -> this.until.put(((Number) p).intValue(), ((Number) o).longValue()));
+      }
+      this.known = known == null ? null : new HashSet<>();
+      if (known != null) {
+        known.forEach(k -> this.known.add(((Number) k).longValue()));
+      }
+      this.toast = toast;
+      this.limit = limit;
+    }
+  }
+
   /**
-   * Decode and write one batch of Spark table {@code name}: {@code batch} holds the Kafka source's
-   * rows of the target's data {@code columns}; those before {@code committed}'s offset of their
-   * partition are left out (the table holds them). Nothing is read when the target refuses the direct
-   * path ({@link DirectDelta#refusal}, the reason returned). The task stops writing, and says why, at a record that needs a query: a bad one, a
-   * truncate, with {@code toast} a change lacking an unchanged value or half of a key change, a
-   * schema fingerprint not in {@code known} (null: not checked), more than {@code limit} records or
-   * more than {@code maxBytes} of them decoded (0: {@link #heldBytes}).
+   * Spark table {@code name}'s part of a batch, for {@link #runAll}: its records are those of
+   * {@code topic} from {@code from}'s offset of their partition (the table holds those before) up to
+   * {@code until}'s (null or a partition it lacks: no end), decoded with {@code decoding} and written
+   * to the target of {@code key} and data {@code columns} with its delete memory {@code memory} and
+   * truncate {@code floor}. A record stops the part's writing, and says why, when it needs a query: a
+   * bad one, a truncate, with {@code toast} a change lacking an unchanged value or half of a key
+   * change, a schema fingerprint not in {@code known} (null: not checked), more than {@code limit}
+   * records.
    */
+  public static Part part(Decoding decoding, String name, String memory, String topic, List<?> key, List<?> columns,
+                          String floor, Map<?, ?> from, Map<?, ?> until, List<?> known, boolean toast, long limit) {
+    return new Part(decoding, name, memory, topic, key, columns, floor, from, until, known, toast, limit);
+  }
+
+  /** One batch of one table, as {@link #runAll} does for many: {@code batch} holds the Kafka source's
+   * rows of the table's topic; {@code maxBytes} of records decoded at most (0: {@link #heldBytes}). */
   public static Pending run(SparkSession spark, Decoding decoding, Dataset<Row> batch, String name, String memory,
                             List<String> key, List<String> columns, String floor, Map<?, ?> committed,
                             List<?> known, boolean toast, long limit, long maxBytes) throws Exception {
-    Table table = DirectDelta.loaded(spark, name);
-    String refused = DirectDelta.refusal(table, key, columns);
-    if (refused != null || !batch.schema().equals(decoding.raw) || table.schema().schemaId() != decoding.schemaId) {
-      Outcome none = new Outcome();
-      none.reason = refused != null ? refused : COLUMNS;
-      return new Pending(table, null, none);
-    }
-    Map<Integer, Long> skip = new HashMap<>();
-    committed.forEach((p, o) -> skip.put(((Number) p).intValue(), ((Number) o).longValue()));
-    Set<Long> seen = known == null ? null : new HashSet<>();
-    if (known != null) {
-      known.forEach(k -> seen.add(((Number) k).longValue()));
-    }
-    List<String> keys = List.copyOf(key);
-    int partitionAt = decoding.raw.fieldIndex("partition");
-    int offsetAt = decoding.raw.fieldIndex("offset");
-    Broadcast<Decoding> decoder = decoding.shared(spark);
-    DirectDelta.Opened opened = DirectDelta.Opened.of(spark, table, memory, name, key);
-    Broadcast<Table> target = opened.target;
-    Broadcast<Table> deletes = opened.deletes;
-    long base = opened.base;
-    long memoryBase = opened.memoryBase;
-    List<Outcome> outcomes;
-    try (opened) {
-      // The session's SQL settings reach the task as a query's do (the JSON reader's partial
-      // results, ANSI rules): the expressions read them where they run.
-      outcomes = SQLExecution.withSQLConfPropagated((org.apache.spark.sql.classic.SparkSession) spark, () ->
-          batch.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
-        Decoding d = decoder.value();
-        TaskContext task = TaskContext.get();
-        // Each stage but the last evaluates into a row of references (no copy of its values); the
-        // last writes the decoded row. An unsafe row per stage would hold a copy of the record's
-        // value in each, twice its size: a 32 MiB record then took over 1 GiB of heap.
-        int partition = task == null ? 0 : task.partitionId();
-        int last = d.stages.size() - 1;
-        List<Function1<InternalRow, InternalRow>> chain = new ArrayList<>();
-        for (int i = 0; i < last; i++) {
-          MutableProjection p = MutableProjection$.MODULE$.create(d.stages.get(i), d.inputs.get(i));
-          p.initialize(partition);
-          chain.add(p);
+    return runAll(spark, batch, List.of(new Part(decoding, name, memory, null, key, columns, floor, committed, null,
+                                                 known, toast, limit)), maxBytes).get(0);
+  }
+
+  /** What a task needs of a part: its decoding, target and memory broadcast, and their snapshots. */
+  private record Task(Part part, Broadcast<Decoding> decoder, Broadcast<Table> target, Broadcast<Table> deletes,
+                      long base, long memoryBase) implements Serializable {}
+
+  /**
+   * Decode and write the {@code parts} of one batch ({@code batch}: the Kafka source's rows of their
+   * topics; a part of no topic takes every row) in one Spark job of one task, and return each part's
+   * {@link Pending}, in order. Each record goes to the parts of its topic. A part whose target refuses
+   * the direct path ({@link DirectDelta#refusal}) or whose decoding no longer fits is not read; one
+   * that meets a record needing a query stops there, and says why, and the others go on. A part whose
+   * record brings the task's decoded records over {@code maxBytes} (0: {@link #heldBytes}) drops its
+   * own, and says so.
+   */
+  public static List<Pending> runAll(SparkSession spark, Dataset<Row> batch, List<Part> parts, long maxBytes)
+      throws Exception {
+    Pending[] pending = new Pending[parts.size()];
+    List<Integer> read = new ArrayList<>();
+    List<Task> tasks = new ArrayList<>();
+    List<DirectDelta.Opened> opened = new ArrayList<>();
+    try {
+      long[] prepared = new long[parts.size()];
+      for (int i = 0; i < parts.size(); i++) {
+        long began = System.nanoTime();
+        Part part = parts.get(i);
+        Table table = DirectDelta.loaded(spark, part.name);
+        String refused = DirectDelta.refusal(table, part.key, part.columns);
+        if (refused != null || !batch.schema().equals(part.decoding.raw)
+            || table.schema().schemaId() != part.decoding.schemaId) {
+          Outcome none = new Outcome();
+          none.reason = refused != null ? refused : COLUMNS;
+          pending[i] = new Pending(table, null, none);
+          continue;
         }
-        UnsafeProjection written = UnsafeProjection$.MODULE$.create(d.stages.get(last), d.inputs.get(last));
-        written.initialize(partition);
-        chain.add(written);
-        long budget = maxBytes > 0 ? maxBytes : heldBytes();
-        long held = 0;
-        Table t = target.value();
-        DirectDelta.Layout layout = DirectDelta.Layout.of(t.schema(), keys);
-        int opAt = layout.columns() + 1;
-        int extras = layout.columns() + 3;
-        Outcome out = new Outcome();
-        List<InternalRow> rows = new ArrayList<>();
-        long records = 0;
-        while (it.hasNext()) {
-          InternalRow r = it.next();
-          Long from = skip.get(r.getInt(partitionAt));
-          if (from != null && r.getLong(offsetAt) < from) {
+        DirectDelta.Opened o = DirectDelta.Opened.of(spark, table, part.memory, part.name, part.key);
+        opened.add(o);
+        read.add(i);
+        tasks.add(new Task(part, part.decoding.shared(spark), o.target, o.deletes, o.base, o.memoryBase));
+        pending[i] = new Pending(table, o.memory, null);
+        prepared[i] = System.nanoTime() - began;
+      }
+      if (!tasks.isEmpty()) {
+        List<Outcome> outcomes = written(spark, batch, tasks, maxBytes);
+        for (int j = 0; j < tasks.size(); j++) {
+          Outcome outcome = outcomes.isEmpty() ? new Outcome() : outcomes.get(j);
+          if (outcomes.isEmpty()) {  // a batch of no Kafka partition: nothing to write
+            outcome.written = new DirectDelta.Written();
+            outcome.written.base = tasks.get(j).base;
+          }
+          outcome.prepareNanos = prepared[read.get(j)];
+          Pending p = pending[read.get(j)];
+          pending[read.get(j)] = new Pending(p.table, p.memory, outcome);
+        }
+      }
+    } finally {
+      opened.forEach(DirectDelta.Opened::close);
+    }
+    return List.of(pending);
+  }
+
+  /** The job of {@link #runAll}: one task decoding the batch's records for each of {@code tasks} and
+   * writing each one's files; their outcomes in order (none for a batch of no partition). */
+  private static List<Outcome> written(SparkSession spark, Dataset<Row> batch, List<Task> tasks, long maxBytes) {
+    StructType raw = batch.schema();
+    int partitionAt = raw.fieldIndex("partition");
+    int offsetAt = raw.fieldIndex("offset");
+    int topicAt = raw.fieldIndex("topic");
+    // The session's SQL settings reach the task as a query's do (the JSON reader's partial
+    // results, ANSI rules): the expressions read them where they run.
+    List<List<Outcome>> out = SQLExecution.withSQLConfPropagated((org.apache.spark.sql.classic.SparkSession) spark,
+        () -> batch.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
+      TaskContext context = TaskContext.get();
+      int partition = context == null ? 0 : context.partitionId();
+      long budget = maxBytes > 0 ? maxBytes : heldBytes();
+      List<Decoder> decoders = new ArrayList<>();
+      Map<UTF8String, List<Decoder>> byTopic = new HashMap<>();
+      List<Decoder> everyTopic = new ArrayList<>();
+      for (Task t : tasks) {
+        Decoder d = new Decoder(t, partition);
+        decoders.add(d);
+        if (t.part().topic == null) {
+          everyTopic.add(d);
+        } else {
+          byTopic.computeIfAbsent(UTF8String.fromString(t.part().topic), k -> new ArrayList<>()).add(d);
+        }
+      }
+      long held = 0;
+      long reading = 0;
+      while (true) {
+        long asked = System.nanoTime();
+        if (!it.hasNext()) {
+          reading += System.nanoTime() - asked;
+          break;
+        }
+        InternalRow r = it.next();
+        reading += System.nanoTime() - asked;
+        List<Decoder> to = everyTopic.isEmpty() ? byTopic.getOrDefault(r.getUTF8String(topicAt), List.of())
+            : everyTopic;
+        int p = r.getInt(partitionAt);
+        long offset = r.getLong(offsetAt);
+        for (Decoder d : to) {
+          long began = System.nanoTime();
+          Long from = d.task.part().from.get(p);
+          Long until = d.task.part().until.get(p);
+          if (d.out.reason != null || from != null && offset < from || until != null && offset >= until) {
             continue;
           }
-          InternalRow e = r;
-          for (Function1<InternalRow, InternalRow> p : chain) {
-            e = p.apply(e);
+          held += d.take(r);
+          if (d.out.reason == null && held > budget) {
+            d.out.reason = "more than " + (budget >> 20) + " MiB of records";
           }
-          held += ((UnsafeRow) e).getSizeInBytes();
-          String op = e.isNullAt(opAt) ? "" : e.getUTF8String(opAt).toString();
-          boolean bad = e.getBoolean(extras);
-          Long schema = e.isNullAt(extras + 2) ? null : e.getLong(extras + 2);
-          count(out.stats, e, layout, op, bad, extras, schema);
-          if (out.reason == null) {
-            out.reason = bad ? BAD : "t".equals(op) ? TRUNCATE
-                : toast && (e.getBoolean(extras + 3) || e.getBoolean(extras + 4)) ? UNCHANGED
-                : seen != null && schema != null && !seen.contains(schema) ? UNSEEN
-                : ++records > limit ? "more than " + limit + " records"
-                : held > budget ? "more than " + (budget >> 20) + " MiB of records" : null;
+          if (d.out.reason != null) {  // the part takes a query, which reads it again
+            held -= d.held;
+            d.drop();
           }
-          if (out.reason != null) {
-            break;  // the batch takes a query, which reads it again
-          }
-          if (!NON_DATA.equals(op)) {
-            rows.add(DirectDelta.generic(e.copy(), d.types));
-          }
+          d.out.decodeNanos += System.nanoTime() - began;
         }
-        if (out.reason == null) {
-          out.written = DirectDelta.writeEvents(t, base, deletes.value(), memoryBase, name, rows, keys, floor);
+      }
+      List<Outcome> outcomes = new ArrayList<>();
+      for (Decoder d : decoders) {
+        if (d.out.reason == null) {
+          long began = System.nanoTime();
+          Part part = d.task.part();
+          d.out.written = DirectDelta.writeEvents(d.target, d.task.base(), d.task.deletes().value(),
+              d.task.memoryBase(), part.name, d.rows, part.key, part.floor);
+          d.out.writeNanos = System.nanoTime() - began;
         }
-        return List.of(out).iterator();
-      }).collect());
+        d.out.readNanos = reading;
+        outcomes.add(d.out);
+        d.release();
+      }
+      return List.of(outcomes).iterator();
+    }).collect());
+    return out.isEmpty() ? List.of() : out.get(0);
+  }
+
+  /** A part's decoding in the task, with the rows it keeps and its outcome so far. */
+  private static final class Decoder {
+    final Task task;
+    final Table target;
+    final DirectDelta.Layout layout;
+    final int partition;
+    final Outcome out = new Outcome();
+    Chain chain;  // at the part's first record
+    long largest;  // the longest row it decoded
+    DataType[] types;
+    List<InternalRow> rows = new ArrayList<>();
+    long records;
+    long held;
+
+    Decoder(Task task, int partition) {
+      this.task = task;
+      this.partition = partition;
+      this.target = task.target().value();
+      this.layout = DirectDelta.Layout.of(target.schema(), task.part().key);
     }
-    Outcome outcome = outcomes.isEmpty() ? new Outcome() : outcomes.get(0);
-    if (outcomes.isEmpty()) {  // a batch of no Kafka partition: nothing to write
-      outcome.written = new DirectDelta.Written();
-      outcome.written.base = base;
+
+    private void compile() {
+      Decoding d = task.decoder().value();
+      types = d.types;
+      chain = d.chain(partition);
     }
-    return new Pending(table, opened.memory, outcome);
+
+    /** Its projections kept for the next task. */
+    void release() {
+      if (chain != null) {
+        task.decoder().value().release(chain, largest);
+      }
+    }
+
+    /** Decode record {@code r}, count it and keep its row (unless it needs a query: {@code out.reason});
+     * returns the bytes it holds decoded. */
+    long take(InternalRow r) {
+      if (chain == null) {
+        long began = System.nanoTime();
+        compile();
+        out.compileNanos = System.nanoTime() - began;
+      }
+      InternalRow e = chain.apply(r);
+      Part part = task.part();
+      long size = ((UnsafeRow) e).getSizeInBytes();
+      largest = Math.max(largest, size);
+      int opAt = layout.columns() + 1;
+      int extras = layout.columns() + 3;
+      String op = e.isNullAt(opAt) ? "" : e.getUTF8String(opAt).toString();
+      boolean bad = e.getBoolean(extras);
+      Long schema = e.isNullAt(extras + 2) ? null : e.getLong(extras + 2);
+      count(out.stats, e, layout, op, bad, extras, schema);
+      out.reason = bad ? BAD : "t".equals(op) ? TRUNCATE
+          : part.toast && (e.getBoolean(extras + 3) || e.getBoolean(extras + 4)) ? UNCHANGED
+          : part.known != null && schema != null && !part.known.contains(schema) ? UNSEEN
+          : ++records > part.limit ? "more than " + part.limit + " records" : null;
+      if (out.reason == null && !NON_DATA.equals(op)) {
+        rows.add(DirectDelta.generic(e.copy(), types));
+        held += size;
+        return size;
+      }
+      return 0;
+    }
+
+    void drop() {
+      rows = new ArrayList<>();
+      held = 0;
+    }
   }
 
   /** Count a decoded record {@code e} in its partition's stats (the applier's stats aggregation). */

@@ -101,6 +101,7 @@ public final class DirectDelta {
     long inserted;
     long removed;
     long taskNanos;
+    long findNanos;  // of it, finding the current rows of its keys and their remembered deletes
     Expression filter = Expressions.alwaysTrue();
   }
 
@@ -408,8 +409,10 @@ public final class DirectDelta {
     DataType[] keyTypes = layout.keyTypes();
     Map<List<Object>, InternalRow> last = lastPerKey(rows, keyAt, keyTypes, layout.positionAt(),
         layout.partitionAt(), layout.offsetAt(), columns + 1);
+    long began = System.nanoTime();
     Map<List<Object>, UTF8String> deleted = memoryBase < 0 || last.isEmpty() ? Map.of()
         : newestDeletes(memory, memoryBase, key, keyTypes, last.keySet());
+    long remembered = System.nanoTime() - began;
     List<InternalRow> changes = new ArrayList<>(last.size());
     for (Map.Entry<List<Object>, InternalRow> e : last.entrySet()) {
       InternalRow row = e.getValue();
@@ -423,6 +426,7 @@ public final class DirectDelta {
       }
     }
     Written w = write(table, base, name, changes, key, floor);
+    w.findNanos += remembered;
     if (!deletes.isEmpty()) {
       List<Types.NestedField> kept = memory.schema().columns();
       int[] at = new int[kept.size()];
@@ -575,6 +579,7 @@ public final class DirectDelta {
     Map<String, PositionDeleteIndex> previous = new HashMap<>();
     Map<List<Object>, List<Found>> current = base < 0 || byKey.isEmpty() ? Map.of()
         : find(table, base, key, keyTypes, w.filter, byKey.keySet(), previous);
+    w.findNanos = System.nanoTime() - started;
     TaskContext task = TaskContext.get();
     int partitionId = task == null ? 0 : task.partitionId();
     long taskId = task == null ? 0 : task.taskAttemptId();
