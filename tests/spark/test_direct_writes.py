@@ -296,3 +296,50 @@ def test_several_tables_batches_share_one_job_and_a_table_needing_a_query_goes_a
         assert rows(pair[0]) == rows(pair[1])
         assert parse_offsets(pair[0].summaries()[-1]) == {t.name: {0: end}}
     assert 9 not in pairs[0][0].rows() and len(pairs[1][0].dead_letters()) == 1
+
+
+def index_counts(spark) -> tuple[int, int]:
+    """The key index's data files read for their rows and its live files built from a scan's
+    planning, so far in this JVM (jvm/direct, KeyIndex)."""
+    reads, builds = spark._jvm.cdc.direct.KeyIndex.counts()
+    return reads, builds
+
+
+def test_the_key_index_reads_a_file_once_and_follows_what_others_commit(scratch, table_name):
+    spark, _ = scratch
+    pair = both(scratch, table_name)
+    d, t = pair[0], pair[0].topic
+    for i in range(1, 9):
+        t.change("c", {"id": i, "v": f"v{i}", "n": i}, 100, 100 + i)
+    assert apply_both(pair, t.take()) == "direct"
+    t.change("u", {"id": 1, "v": "one", "n": 1}, 200, 210)
+    assert apply_both(pair, t.take()) == "direct"
+    reads, builds = index_counts(spark)
+    t.change("u", {"id": 2, "v": "two", "n": 2}, 300, 310)  # keys of files read before
+    t.change("u", {"id": 1, "v": "one again", "n": 1}, 300, 320)
+    assert apply_both(pair, t.take()) == "direct"
+    read, built = index_counts(spark)
+    # only the file the batch before wrote is read; the live files are moved, not planned again
+    assert (read - reads, built - builds) == (1, 0)
+
+    # others' commits between two batches: a delete, a rewrite of every data file
+    for h in pair:
+        spark.sql(f"DELETE FROM {h.applier.target_ref} WHERE id = 3")
+    spark.sql(f"CALL scratch.system.rewrite_data_files(table => '{d.ident}', options => map('rewrite-all', 'true'))")
+    before_rollback = d.catalog.load_table(d.ident).current_snapshot().snapshot_id
+    t.change("u", {"id": 3, "v": "three, after its delete", "n": 3}, 400, 410)
+    t.change("u", {"id": 4, "v": "four", "n": 4}, 400, 420)
+    t.change("d", {"id": 5, **ROW}, 400, 430)
+    assert apply_both(pair, t.take()) == "direct"
+    assert d.values() == {1: "one again", 2: "two", 3: "three, after its delete", 4: "four", 6: "v6", 7: "v7",
+                          8: "v8"}
+    assert index_counts(spark)[1] == built  # moved through the delete and the rewrite
+
+    # a rollback: the held snapshot is no ancestor of the table's, so its live files are built anew
+    spark.sql(f"CALL scratch.system.rollback_to_snapshot('{d.ident}', {before_rollback})")
+    t.change("u", {"id": 4, "v": "four again", "n": 4}, 500, 510)
+    t.change("u", {"id": 6, "v": "six", "n": 6}, 500, 520)
+    d.apply(t.take())
+    assert path_of(d) == "batch"
+    assert index_counts(spark)[1] == built + 1
+    assert d.values() == {1: "one again", 2: "two", 4: "four again", 5: "v5", 6: "six", 7: "v7", 8: "v8"}

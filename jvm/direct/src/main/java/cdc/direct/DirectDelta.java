@@ -509,7 +509,7 @@ public final class DirectDelta {
     int n = key.size();
     int[] keyAt = java.util.stream.IntStream.range(0, n).toArray();
     Map<List<Object>, UTF8String> newest = new HashMap<>();
-    live(memory, snapshot, keyFilter(key, keyTypes, keys), fields, null, (file, pos, r) -> {
+    live(memory, snapshot, keyFilter(key, keyTypes, keys), fields, keyTypes, keys, null, (file, pos, r) -> {
       List<Object> k = keyOf(r, keyAt, keyTypes);
       if (k == null || !keys.contains(k) || r.isNullAt(n)) {
         return;
@@ -655,7 +655,7 @@ public final class DirectDelta {
 
   /** A row's key as comparable values (Spark's own: UTF8String, Decimal, Long, ...); null when a
    * part of it is null. */
-  private static List<Object> keyOf(InternalRow row, int[] at, DataType[] types) {
+  static List<Object> keyOf(InternalRow row, int[] at, DataType[] types) {
     List<Object> k = new ArrayList<>(at.length);
     for (int i = 0; i < at.length; i++) {
       if (row.isNullAt(at[i])) {
@@ -714,7 +714,7 @@ public final class DirectDelta {
     int n = key.size();
     int[] keyAt = java.util.stream.IntStream.range(0, n).toArray();
     Map<List<Object>, List<Found>> found = new HashMap<>();
-    live(table, base, filter, fields, previous, (file, pos, r) -> {
+    live(table, base, filter, fields, keyTypes, keys, previous, (file, pos, r) -> {
       List<Object> k = keyOf(r, keyAt, keyTypes);
       if (k != null && keys.contains(k)) {
         found.computeIfAbsent(k, x -> new ArrayList<>()).add(new Found(
@@ -730,16 +730,47 @@ public final class DirectDelta {
     void accept(String file, long pos, InternalRow row);
   }
 
-  /** Each live row of {@code table} as of {@code snapshot} in the files {@code filter} keeps (which may
-   * hold others), read for {@code fields} only (column by column, as Spark's scans read), its file's
-   * deletes applied; the deletes of each file that has some are kept in {@code previous} when given.
-   * A row is a view of the batch being read: a value kept past it is copied. */
-  static void live(Table table, long snapshot, Expression filter, List<Types.NestedField> fields,
-                   Map<String, PositionDeleteIndex> previous, LiveRow each) {
+  /** Each live row of {@code table} as of {@code snapshot} holding one of {@code keys} (of {@code keyTypes},
+   * the first fields), in the files {@code filter} keeps (a row of another key may be given too), read
+   * for {@code fields} only, its file's deletes applied; the deletes of each file that has some are
+   * kept in {@code previous} when given. The files and their rows come from the {@link KeyIndex} where
+   * it takes the table, else from the scan's planning and a read of each file. A row is a view of
+   * the batch being read: a value kept past it is copied. */
+  static void live(Table table, long snapshot, Expression filter, List<Types.NestedField> fields, DataType[] keyTypes,
+                   Set<List<Object>> keys, Map<String, PositionDeleteIndex> previous, LiveRow each) {
     List<Types.NestedField> projected = new ArrayList<>(fields);
     projected.add(MetadataColumns.ROW_POSITION);
     Schema projection = new Schema(projected);
-    int posAt = fields.size();
+    List<KeyIndex.Live> indexed = KeyIndex.files(table, snapshot, filter);
+    if (indexed == null) {
+      planned(table, snapshot, filter, projection, previous, each);
+      return;
+    }
+    for (KeyIndex.Live live : indexed) {
+      String location = live.file().location();
+      PositionDeleteIndex deleted = KeyIndex.deleted(table, live);
+      if (previous != null && live.vector() != null) {
+        previous.put(location, deleted);
+      }
+      KeyIndex.Rows rows = KeyIndex.rows(table, live.file(), projection, keyTypes.length, keyTypes);
+      if (rows == null) {
+        read(table, live.file(), projection, filter, deleted, each);
+        continue;
+      }
+      for (List<Object> k : keys) {
+        int[] at = rows.byKey().get(k);
+        for (int pos : at == null ? new int[0] : at) {
+          if (!deleted.isDeleted(pos)) {
+            each.accept(location, pos, rows.rows()[pos]);
+          }
+        }
+      }
+    }
+  }
+
+  /** {@link #live} through the scan's planning: each live row of the files {@code filter} keeps. */
+  private static void planned(Table table, long snapshot, Expression filter, Schema projection,
+                              Map<String, PositionDeleteIndex> previous, LiveRow each) {
     BaseDeleteLoader loader = new BaseDeleteLoader(f -> table.io().newInputFile(f.location(), f.fileSizeInBytes()));
     try (CloseableIterable<FileScanTask> tasks = table.newScan().useSnapshot(snapshot).filter(filter).planFiles()) {
       for (FileScanTask task : tasks) {
@@ -749,20 +780,30 @@ public final class DirectDelta {
         if (previous != null && !task.deletes().isEmpty()) {
           previous.put(file.location(), deleted);
         }
-        try (CloseableIterable<ColumnarBatch> batches = Parquet.read(table.io().newInputFile(file.location(),
-                file.fileSizeInBytes()))
-            .project(projection).filter(filter).recordsPerBatch(READ_BATCH_ROWS)
-            .createBatchedReaderFunc(fileSchema -> VectorizedSparkParquetReaders.buildReader(projection, fileSchema,
-                                                                                           Map.of()))
-            .build()) {
-          for (ColumnarBatch batch : batches) {
-            for (java.util.Iterator<InternalRow> rows = batch.rowIterator(); rows.hasNext(); ) {
-              InternalRow r = rows.next();
-              long pos = r.getLong(posAt);
-              if (!deleted.isDeleted(pos)) {
-                each.accept(file.location(), pos, r);
-              }
-            }
+        read(table, file, projection, filter, deleted, each);
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /** Each row of data file {@code file} that {@code deleted} keeps, read for {@code projection} (the row's
+   * position its last column) in the row groups {@code filter} keeps. */
+  private static void read(Table table, DataFile file, Schema projection, Expression filter,
+                           PositionDeleteIndex deleted, LiveRow each) {
+    int posAt = projection.columns().size() - 1;
+    try (CloseableIterable<ColumnarBatch> batches = Parquet.read(table.io().newInputFile(file.location(),
+            file.fileSizeInBytes()))
+        .project(projection).filter(filter).recordsPerBatch(READ_BATCH_ROWS)
+        .createBatchedReaderFunc(fileSchema -> VectorizedSparkParquetReaders.buildReader(projection, fileSchema,
+                                                                                       Map.of()))
+        .build()) {
+      for (ColumnarBatch batch : batches) {
+        for (java.util.Iterator<InternalRow> rows = batch.rowIterator(); rows.hasNext(); ) {
+          InternalRow r = rows.next();
+          long pos = r.getLong(posAt);
+          if (!deleted.isDeleted(pos)) {
+            each.accept(file.location(), pos, r);
           }
         }
       }
