@@ -164,13 +164,18 @@ def measure(spark, settings, catalog, sizes: dict) -> dict:
     if load.error is not None:
         raise load.error
     since_ms = (load.started + min(10.0, seconds / 5)) * 1000
-    per_table, batches = [], 0
-    for reg, topic in zip(regs, topics):
+    per_table, batches, busiest = [], 0, []
+    for reg, topic, rate in zip(regs, topics, load.rates):
         times = commit_times(catalog, reg, topic)
-        batches += sum(1 for ms, _ in times if ms >= load.started * 1000)
+        commits = sum(1 for ms, _ in times if ms >= load.started * 1000)
+        batches += commits
         values = latencies(settings, topic, load.offsets.get(topic, {}), times, since_ms)
         if values:
             per_table.append(sorted(values))
+            busiest.append((rate, reg.name, commits, sorted(values)))
+    for rate, name, commits, values in sorted(busiest, reverse=True)[:8]:  # where the p95's events are
+        print(f"tables: {name} at {rate:,.0f} events/s, {commits} commits: freshness p50 "
+              f"{statistics.median(values):.2f}s, p95 {_p95(values):.2f}s", flush=True)
     every = sorted(v for values in per_table for v in values)
     p = statistics.quantiles(every, n=100)
     worst = max(_p95(values) for values in per_table)

@@ -741,7 +741,11 @@ public final class DirectDelta {
     List<Types.NestedField> projected = new ArrayList<>(fields);
     projected.add(MetadataColumns.ROW_POSITION);
     Schema projection = new Schema(projected);
-    List<KeyIndex.Live> indexed = KeyIndex.files(table, snapshot, filter);
+    Set<Integer> keyIds = new HashSet<>();
+    for (int i = 0; i < keyTypes.length; i++) {
+      keyIds.add(fields.get(i).fieldId());
+    }
+    List<KeyIndex.Live> indexed = KeyIndex.files(table, snapshot, filter, keyIds);
     if (indexed == null) {
       planned(table, snapshot, filter, projection, previous, each);
       return;

@@ -8,6 +8,7 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.iceberg.DataFile;
@@ -89,9 +90,9 @@ public final class KeyIndex {
   /**
    * Table {@code table}'s live data files as of {@code snapshot} that {@code filter}'s metrics may
    * keep, each with its deletion vector; null when the table holds delete files other than deletion
-   * vectors.
+   * vectors. Each file is held with the stats of the columns {@code keyIds} only (the filter's).
    */
-  static List<Live> files(Table table, long snapshot, Expression filter) {
+  static List<Live> files(Table table, long snapshot, Expression filter, Set<Integer> keyIds) {
     Files held;
     synchronized (TABLES) {
       held = TABLES.computeIfAbsent(table.uuid() + " " + table.location(), t -> new Files());
@@ -99,9 +100,10 @@ public final class KeyIndex {
     Map<String, Live> live;
     synchronized (held) {
       if (held.snapshot != snapshot || held.live == null && !held.refused) {
-        held.live = held.live == null || held.snapshot < 0 ? null : moved(table, held.live, held.snapshot, snapshot);
+        held.live = held.live == null || held.snapshot < 0 ? null
+            : moved(table, held.live, held.snapshot, snapshot, keyIds);
         if (held.live == null) {
-          held.live = built(table, snapshot);
+          held.live = built(table, snapshot, keyIds);
         }
         held.snapshot = snapshot;
         held.refused = held.live == null;
@@ -125,7 +127,8 @@ public final class KeyIndex {
   /** {@code live} (as of snapshot {@code from}) moved to snapshot {@code to} through the manifests of
    * the snapshots between; null when {@code to} does not follow {@code from} within {@link #MAX_STEPS}
    * or a snapshot between adds deletes other than deletion vectors. */
-  private static Map<String, Live> moved(Table table, Map<String, Live> live, long from, long to) {
+  private static Map<String, Live> moved(Table table, Map<String, Live> live, long from, long to,
+                                         Set<Integer> keyIds) {
     List<Snapshot> steps = new ArrayList<>();
     Snapshot s = table.snapshot(to);
     while (s != null && s.snapshotId() != from && steps.size() < MAX_STEPS) {
@@ -148,7 +151,7 @@ public final class KeyIndex {
         }
       }
       for (DataFile f : step.addedDataFiles()) {
-        next.put(f.location(), new Live(f, null));
+        next.put(f.location(), new Live(f.copyWithStats(keyIds), null));
       }
       for (DeleteFile d : step.addedDeleteFiles()) {
         if (!ContentFileUtil.isDV(d)) {
@@ -165,7 +168,7 @@ public final class KeyIndex {
 
   /** Table {@code table}'s live files as of {@code snapshot}, from a scan's planning; null when one
    * has deletes other than a deletion vector. */
-  private static Map<String, Live> built(Table table, long snapshot) {
+  private static Map<String, Live> built(Table table, long snapshot, Set<Integer> keyIds) {
     BUILDS.incrementAndGet();
     Map<String, Live> live = new HashMap<>();
     if (snapshot < 0) {
@@ -178,7 +181,8 @@ public final class KeyIndex {
         if (deletes.size() > 1 || deletes.size() == 1 && !ContentFileUtil.isDV(deletes.get(0))) {
           return null;
         }
-        live.put(task.file().location(), new Live(task.file().copy(), deletes.isEmpty() ? null : deletes.get(0)));
+        live.put(task.file().location(),
+                 new Live(task.file().copyWithStats(keyIds), deletes.isEmpty() ? null : deletes.get(0)));
       }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
