@@ -282,6 +282,7 @@ public final class DirectBatch {
       DirectDelta.Written w = outcome.written;
       if (w.memory != null && !remembered) {
         memory.newAppend().appendFile(w.memory).commit();
+        KeyIndex.committed(memory, List.of(w.memory), List.of(), List.of());
         remembered = true;
       }
       DirectDelta.commit(table, w, summary);

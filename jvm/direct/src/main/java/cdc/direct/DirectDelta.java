@@ -147,6 +147,7 @@ public final class DirectDelta {
     Written w = written.get(0);
     if (w.memory != null) {  // before the target's commit: a crash in between re-runs both
       remembered.newAppend().appendFile(w.memory).commit();
+      KeyIndex.committed(remembered, List.of(w.memory), List.of(), List.of());
     }
     commit(table, w, summary);
     return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount()};
@@ -371,6 +372,7 @@ public final class DirectDelta {
     w.replaced.forEach(delta::removeDeletes);
     summary.forEach(delta::set);
     delta.commit();
+    KeyIndex.committed(table, w.data, w.deletes, w.replaced);
   }
 
   /** A current row of a key: its data file and position, the position of its last change, and
@@ -589,6 +591,7 @@ public final class DirectDelta {
         .format(FileFormat.PUFFIN).suffix("dv").build();
     try {
       DataWriter<InternalRow> data = null;
+      List<InternalRow> written = new ArrayList<>();
       BaseDVFileWriter dv = new BaseDVFileWriter(vectors, previous::get);
       Set<String> referenced = new HashSet<>();
       for (Map.Entry<List<Object>, InternalRow> e : byKey.entrySet()) {
@@ -633,12 +636,22 @@ public final class DirectDelta {
             values[i] = row.get(i + 1, sparkType.fields()[i].dataType());
           }
           data.write(new GenericInternalRow(values));
+          Object[] kept = new Object[keyAt.length + 4];  // as find reads it back: the key, the position, the Kafka place
+          for (int i = 0; i < keyAt.length; i++) {
+            kept[i] = copied(row.get(keyAt[i], keyTypes[i]));
+          }
+          kept[keyAt.length] = position;
+          kept[keyAt.length + 1] = row.isNullAt(partitionAt) ? null : row.getInt(partitionAt);
+          kept[keyAt.length + 2] = row.isNullAt(offsetAt) ? null : row.getLong(offsetAt);
+          kept[keyAt.length + 3] = w.inserted;
+          written.add(new GenericInternalRow(kept));
           w.inserted += 1;
         }
       }
       if (data != null) {
         data.close();
         w.data.add(data.toDataFile());
+        KeyIndex.wrote(data.toDataFile(), projectionOf(foundFields(schema, key)), keyAt.length, keyTypes, written);
       }
       dv.close();
       DeleteWriteResult result = dv.result();
@@ -661,10 +674,14 @@ public final class DirectDelta {
       if (row.isNullAt(at[i])) {
         return null;
       }
-      Object v = row.get(at[i], types[i]);
-      k.add(v instanceof UTF8String u ? u.clone() : v);
+      k.add(copied(row.get(at[i], types[i])));
     }
     return k;
+  }
+
+  /** A value of a row kept past it: a string copied. */
+  private static Object copied(Object v) {
+    return v instanceof UTF8String u ? u.clone() : v;
   }
 
   /** The filter that keeps the data files (and rows) that may hold {@code keys}: each key column
@@ -704,13 +721,7 @@ public final class DirectDelta {
   static Map<List<Object>, List<Found>> find(Table table, long base, List<String> key, DataType[] keyTypes,
                                              Expression filter, Set<List<Object>> keys,
                                              Map<String, PositionDeleteIndex> previous) {
-    List<Types.NestedField> fields = new ArrayList<>();
-    for (String k : key) {
-      fields.add(table.schema().findField(k));
-    }
-    for (String m : List.of("_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset")) {
-      fields.add(table.schema().findField(m));
-    }
+    List<Types.NestedField> fields = foundFields(table.schema(), key);
     int n = key.size();
     int[] keyAt = java.util.stream.IntStream.range(0, n).toArray();
     Map<List<Object>, List<Found>> found = new HashMap<>();
@@ -723,6 +734,25 @@ public final class DirectDelta {
       }
     });
     return found;
+  }
+
+  /** What {@link #find} reads of a target's rows: the key, the position, the Kafka place. */
+  static List<Types.NestedField> foundFields(Schema schema, List<String> key) {
+    List<Types.NestedField> fields = new ArrayList<>();
+    for (String k : key) {
+      fields.add(schema.findField(k));
+    }
+    for (String m : List.of("_cdc_position", "_cdc_kafka_partition", "_cdc_kafka_offset")) {
+      fields.add(schema.findField(m));
+    }
+    return fields;
+  }
+
+  /** {@code fields} and the row's position, as {@link #live} reads a file. */
+  static Schema projectionOf(List<Types.NestedField> fields) {
+    List<Types.NestedField> projected = new ArrayList<>(fields);
+    projected.add(MetadataColumns.ROW_POSITION);
+    return new Schema(projected);
   }
 
   /** A live row of a table: its data file, its position in it, and its {@code fields}. */
@@ -738,9 +768,7 @@ public final class DirectDelta {
    * the batch being read: a value kept past it is copied. */
   static void live(Table table, long snapshot, Expression filter, List<Types.NestedField> fields, DataType[] keyTypes,
                    Set<List<Object>> keys, Map<String, PositionDeleteIndex> previous, LiveRow each) {
-    List<Types.NestedField> projected = new ArrayList<>(fields);
-    projected.add(MetadataColumns.ROW_POSITION);
-    Schema projection = new Schema(projected);
+    Schema projection = projectionOf(fields);
     Set<Integer> keyIds = new HashSet<>();
     for (int i = 0; i < keyTypes.length; i++) {
       keyIds.add(fields.get(i).fieldId());

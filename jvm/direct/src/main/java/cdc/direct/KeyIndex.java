@@ -54,10 +54,13 @@ public final class KeyIndex {
   static final AtomicLong READS = new AtomicLong();
   /** Live files built from a whole scan's planning rather than moved snapshot by snapshot. */
   static final AtomicLong BUILDS = new AtomicLong();
+  /** Snapshots whose manifests were read to move live files (not this process's own commits). */
+  static final AtomicLong STEPS = new AtomicLong();
 
-  /** The data files read for their rows and the live files built from a scan's planning, so far. */
+  /** The data files read for their rows, the live files built from a scan's planning and the
+   * snapshots read to move them, so far. */
   public static long[] counts() {
-    return new long[] {READS.get(), BUILDS.get()};
+    return new long[] {READS.get(), BUILDS.get(), STEPS.get()};
   }
 
   /** A live data file and its deletion vector (null for none). */
@@ -68,10 +71,27 @@ public final class KeyIndex {
     long snapshot = -1;
     Map<String, Live> live;  // null: not built, or the table holds deletes the index does not take
     boolean refused;  // as of snapshot: it does
+    Set<Integer> keyIds = Set.of();  // the columns whose stats each file is held with
   }
 
-  /** One file's rows for one projection: the rows (a copy each), row positions by key. */
-  record Rows(InternalRow[] rows, Map<List<Object>, int[]> byKey) {}
+  /** One file's rows for one projection: the rows (a copy each) by position, positions by key. */
+  record Rows(InternalRow[] rows, Map<List<Object>, int[]> byKey) {
+    /** {@code rows}, in the file's order, their key the first {@code keyCount} columns. */
+    static Rows of(List<InternalRow> rows, int keyCount, DataType[] keyTypes) {
+      Map<List<Object>, int[]> byKey = new HashMap<>();
+      int[] keyAt = java.util.stream.IntStream.range(0, keyCount).toArray();
+      for (int pos = 0; pos < rows.size(); pos++) {
+        List<Object> k = DirectDelta.keyOf(rows.get(pos), keyAt, keyTypes);
+        if (k != null) {
+          int[] at = byKey.get(k);
+          int[] more = at == null ? new int[1] : java.util.Arrays.copyOf(at, at.length + 1);
+          more[more.length - 1] = pos;
+          byKey.put(k, more);
+        }
+      }
+      return new Rows(rows.toArray(new InternalRow[0]), byKey);
+    }
+  }
 
   private static final Map<String, Files> TABLES = lru(KEPT_TABLES);
   private static final Map<String, PositionDeleteIndex> VECTORS = lru(KEPT_VECTORS);
@@ -95,10 +115,11 @@ public final class KeyIndex {
   static List<Live> files(Table table, long snapshot, Expression filter, Set<Integer> keyIds) {
     Files held;
     synchronized (TABLES) {
-      held = TABLES.computeIfAbsent(table.uuid() + " " + table.location(), t -> new Files());
+      held = TABLES.computeIfAbsent(idOf(table), t -> new Files());
     }
     Map<String, Live> live;
     synchronized (held) {
+      held.keyIds = keyIds;
       if (held.snapshot != snapshot || held.live == null && !held.refused) {
         held.live = held.live == null || held.snapshot < 0 ? null
             : moved(table, held.live, held.snapshot, snapshot, keyIds);
@@ -140,40 +161,94 @@ public final class KeyIndex {
     }
     Map<String, Live> next = new HashMap<>(live);
     for (int i = steps.size() - 1; i >= 0; i--) {
+      STEPS.incrementAndGet();
       SnapshotChanges step = SnapshotChanges.builderFor(table).snapshot(steps.get(i)).build();
-      for (DataFile f : step.removedDataFiles()) {
-        next.remove(f.location());
-      }
-      for (DeleteFile d : step.removedDeleteFiles()) {
-        Live l = ContentFileUtil.isDV(d) ? next.get(d.referencedDataFile()) : null;
-        if (l != null && l.vector() != null && ContentFileUtil.dvDesc(l.vector()).equals(ContentFileUtil.dvDesc(d))) {
-          next.put(l.file().location(), new Live(l.file(), null));
-        }
-      }
-      for (DataFile f : step.addedDataFiles()) {
-        next.put(f.location(), new Live(f.copyWithStats(keyIds), null));
-      }
-      for (DeleteFile d : step.addedDeleteFiles()) {
-        if (!ContentFileUtil.isDV(d)) {
-          return null;
-        }
-        Live l = next.get(d.referencedDataFile());
-        if (l != null) {
-          next.put(l.file().location(), new Live(l.file(), d));
-        }
+      if (!changed(next, step.removedDataFiles(), step.removedDeleteFiles(), step.addedDataFiles(),
+                   step.addedDeleteFiles(), keyIds)) {
+        return null;
       }
     }
     return next;
   }
 
+  /** {@code live} changed by one snapshot's files; false when it adds deletes other than deletion
+   * vectors. */
+  private static boolean changed(Map<String, Live> live, Iterable<DataFile> removedData,
+                                 Iterable<DeleteFile> removedDeletes, Iterable<DataFile> addedData,
+                                 Iterable<DeleteFile> addedDeletes, Set<Integer> keyIds) {
+    for (DataFile f : removedData) {
+      live.remove(f.location());
+    }
+    for (DeleteFile d : removedDeletes) {
+      Live l = ContentFileUtil.isDV(d) ? live.get(d.referencedDataFile()) : null;
+      if (l != null && l.vector() != null && ContentFileUtil.dvDesc(l.vector()).equals(ContentFileUtil.dvDesc(d))) {
+        live.put(l.file().location(), new Live(l.file(), null));
+      }
+    }
+    for (DataFile f : addedData) {
+      live.put(f.location(), new Live(f.copyWithStats(keyIds), null));
+    }
+    for (DeleteFile d : addedDeletes) {
+      if (!ContentFileUtil.isDV(d)) {
+        return false;
+      }
+      Live l = live.get(d.referencedDataFile());
+      if (l != null) {
+        live.put(l.file().location(), new Live(l.file(), d));
+      }
+    }
+    return true;
+  }
+
+  /**
+   * After this process's commit to {@code table} of data files {@code data} and deletion vectors
+   * {@code added}, which replace {@code removed}: the live files, when held as of the new snapshot's
+   * parent (no other commit came between), moved to it without reading its manifests.
+   */
+  static void committed(Table table, List<DataFile> data, List<DeleteFile> added, List<DeleteFile> removed) {
+    Files held;
+    synchronized (TABLES) {
+      held = TABLES.get(idOf(table));
+    }
+    Snapshot now = held == null ? null : table.currentSnapshot();
+    if (now == null) {
+      return;
+    }
+    synchronized (held) {
+      if (held.live == null || held.snapshot != (now.parentId() == null ? -1 : now.parentId())) {
+        return;
+      }
+      Map<String, Live> next = new HashMap<>(held.live);
+      if (changed(next, List.of(), removed, data, added, held.keyIds)) {
+        held.live = next;
+        held.snapshot = now.snapshotId();
+      }
+    }
+  }
+
+  /**
+   * Data file {@code file}, just written with {@code rows} (of {@code projection}: the key's
+   * {@code keyCount} columns first, the row's position last, in the order written), held as if read.
+   */
+  static void wrote(DataFile file, Schema projection, int keyCount, DataType[] keyTypes, List<InternalRow> rows) {
+    if (rows.size() > FILE_ROWS) {
+      return;
+    }
+    held(file.location() + " " + projection.asStruct(), Rows.of(rows, keyCount, keyTypes));
+  }
+
+  private static String idOf(Table table) {
+    return table.uuid() + " " + table.location();
+  }
+
   /** Table {@code table}'s live files as of {@code snapshot}, from a scan's planning; null when one
    * has deletes other than a deletion vector. */
   private static Map<String, Live> built(Table table, long snapshot, Set<Integer> keyIds) {
-    BUILDS.incrementAndGet();
     Map<String, Live> live = new HashMap<>();
-    if (snapshot < 0) {
+    if (snapshot < 0) {  // an empty table
       return live;
     }
+    BUILDS.incrementAndGet();
     try (CloseableIterable<FileScanTask> tasks = table.newScan().useSnapshot(snapshot).includeColumnStats()
         .planFiles()) {
       for (FileScanTask task : tasks) {
@@ -229,8 +304,6 @@ public final class KeyIndex {
     }
     READS.incrementAndGet();
     List<InternalRow> read = new ArrayList<>((int) file.recordCount());
-    Map<List<Object>, int[]> byKey = new HashMap<>();
-    int[] keyAt = java.util.stream.IntStream.range(0, keyCount).toArray();
     int posAt = projection.columns().size() - 1;
     try (CloseableIterable<ColumnarBatch> batches = Parquet.read(table.io().newInputFile(file.location(),
             file.fileSizeInBytes()))
@@ -241,24 +314,23 @@ public final class KeyIndex {
       for (ColumnarBatch batch : batches) {
         for (Iterator<InternalRow> it = batch.rowIterator(); it.hasNext(); ) {
           InternalRow r = it.next().copy();
-          int pos = (int) r.getLong(posAt);
-          while (read.size() <= pos) {
-            read.add(null);
+          if (r.getLong(posAt) != read.size()) {
+            throw new IllegalStateException("rows of " + file.location() + " read out of order");
           }
-          read.set(pos, r);
-          List<Object> k = DirectDelta.keyOf(r, keyAt, keyTypes);
-          if (k != null) {
-            int[] at = byKey.get(k);
-            int[] more = at == null ? new int[1] : java.util.Arrays.copyOf(at, at.length + 1);
-            more[more.length - 1] = pos;
-            byKey.put(k, more);
-          }
+          read.add(r);
         }
       }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
-    Rows rows = new Rows(read.toArray(new InternalRow[0]), byKey);
+    Rows rows = Rows.of(read, keyCount, keyTypes);
+    held(id, rows);
+    return rows;
+  }
+
+  /** {@code rows} held as {@code id}'s, the least recently used let go while more than
+   * {@link #KEPT_ROWS} are held. */
+  private static void held(String id, Rows rows) {
     synchronized (ROWS) {
       if (ROWS.putIfAbsent(id, rows) == null) {
         rowsKept += rows.rows().length;
@@ -268,6 +340,5 @@ public final class KeyIndex {
         it.remove();
       }
     }
-    return rows;
   }
 }
