@@ -35,7 +35,7 @@ from cdc.planning.merge import (MOVED, append_sql, forget_deletes_sql,
 from cdc.planning.protect import WITHHELD, dead_letter_value, mask_columns
 from cdc.planning.schema import evolve
 from cdc.planning.sql import TOMBSTONE, q
-from cdc.sinks.direct import COLUMNS as DECODED_COLUMNS, UNSEEN, decoding as direct_decoding, write_batch
+from cdc.sinks.direct import COLUMNS as DECODED_COLUMNS, UNSEEN, KafkaRecords, decoding as direct_decoding, write_batch
 from cdc.sinks.direct import part as direct_part
 from cdc.sinks.direct import write as write_directly
 from cdc.sinks.formats import add_missing_columns, open_table, ready_tables
@@ -257,10 +257,11 @@ class TableApplier:
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0, records: int | None = None,
-                 direct: bool = True) -> None:
+                 direct: bool = True, kafka: KafkaRecords | None = None) -> None:
         """Apply a batch, after it waited `waited_s` for a slot (slots.BatchSlots), of `records`
         Kafka records when the caller knows them (a shared query's range of the table; else
-        `planned_records`); `direct` false when the direct path has just refused it."""
+        `planned_records`); `direct` false when the direct path has just refused it; `kafka`,
+        the same records for the direct path's task to read itself (else it reads `batch`)."""
         spark = batch.sparkSession
         self.timer = BatchTimer()
         if waited_s >= WAIT_SHOWN_S:
@@ -273,7 +274,7 @@ class TableApplier:
         pool = size_pool(self.name, planned)
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         skip = committed if committed and self.skip_committed and self._may_hold_part(committed, batch_id) else {}
-        records = batch
+        records = kafka or batch
         if skip:
             seen = None
             for p, o in skip.items():
@@ -598,8 +599,8 @@ class TableApplier:
         self._expire(spark, table)
         self._log_applied(stats, batch_id)
 
-    def _direct_batch(self, spark, table, records: DataFrame, summary: dict | None, committed: dict[int, int],
-                      skip: dict[int, int], planned: int | None, batch_id: int) -> bool:
+    def _direct_batch(self, spark, table, records: DataFrame | KafkaRecords, summary: dict | None,
+                      committed: dict[int, int], skip: dict[int, int], planned: int | None, batch_id: int) -> bool:
         """The batch applied with no query planned for it (sinks/direct.py's `write_batch`): its
         Kafka `records` (those before `skip`'s offsets left out) decoded, counted and written by
         one task, its plan made from those stats, its files committed. False, with nothing

@@ -16,7 +16,7 @@ from cdc.decoding.avro import SchemaRegistry
 from cdc.jobs import shared
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.backlog import auto_batch_cap, batch_sizing, heap_bytes
-from cdc.jobs.reading import batch_cap, kafka_options, kafka_range, kafka_ranges
+from cdc.jobs.reading import batch_cap, kafka_options, kafka_range, kafka_records
 from cdc.jobs.slots import BatchGate, BatchSlots, batch_slots
 from cdc.jobs.targets import Target, open_target
 from cdc.jobs.together import Together
@@ -158,11 +158,16 @@ class Queries:
             return kafka_range(session, settings, appliers[table].topic, first, last, f"cdc-shared-{table}")
 
         def read_ranges(session, ranges: dict):
-            return kafka_ranges(session, settings, ranges, "cdc-shared-together")
+            return kafka_records(session, settings, ranges, "cdc-shared-together")
+
+        def read_records(table: str, first: dict[int, int], last: dict[int, int]):
+            return kafka_records(batch.sessions[table], settings, {appliers[table].topic: (first, last)},
+                                 f"cdc-shared-{table}")
 
         sessions = {n: session for n, (_, session, _) in members.items()}
         batch = self.gates[name] = shared.SharedBatch(appliers, read, checkpoint, self.slots, start, cap,
-                                                      apply_together=Together(appliers, sessions, read_ranges))
+                                                      apply_together=Together(appliers, sessions, read_ranges),
+                                                      kafka_records=read_records)
         batch.sessions = sessions
         return _started(reader, name, batch, checkpoint, available_now, regs[0].options.trigger_interval_s), batch
 

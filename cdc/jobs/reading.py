@@ -9,6 +9,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.jobs import shared
 from cdc.jobs.backlog import auto_batch_cap
 from cdc.log import log
+from cdc.sinks.direct import KafkaRecords
 
 FETCH_WAIT_MS = 20  # the longest a task's fetch of its records waits at the broker for more
 FETCH_PARTITION_BYTES = 1 << 20  # the most a fetch takes of one partition (Kafka's default)
@@ -45,6 +46,15 @@ def kafka_options(spark, settings: Settings) -> dict[str, str]:
         "minPartitions": str(spark.sparkContext.defaultParallelism),
     }
 
+
+def kafka_records(spark, settings: Settings, ranges: dict[str, Range], group: str) -> KafkaRecords:
+    """The records of each topic of `ranges` (topic -> (start, end), as `kafka_ranges` reads
+    them) for the direct path's task to read itself, with one Kafka consumer of the Kafka
+    source's settings (`kafka_options`)."""
+    consumer = {"bootstrap.servers": settings.kafka_bootstrap, **java_kafka_properties(settings),
+                "fetch.max.wait.ms": str(FETCH_WAIT_MS), "max.partition.fetch.bytes": str(FETCH_PARTITION_BYTES),
+                "group.id": group}
+    return KafkaRecords(spark, consumer, ranges)
 
 
 def kafka_range(spark, settings: Settings, topic: str, start: dict[int, int], end: dict[int, int], group: str):

@@ -107,12 +107,14 @@ class SharedBatch:
     `close` lets the tables being applied finish and stops the workers. Given `apply_together`
     (jobs/together.py), a worker applies the small batches of several tables (`together`) in
     one Spark job: it returns, by table, True when applied, False when the table needs a batch
-    of its own (then applied alone, by a query), or the table's error."""
+    of its own (then applied alone, by a query), or the table's error. `kafka_records` gives a
+    table's range for the direct path's task to read itself (reading.kafka_records; None: it
+    reads `read`'s)."""
 
     def __init__(self, appliers: dict, read, checkpoint: Path, slots, start: str, cap: int, clock=time.monotonic,
-                 apply_together=None):
+                 apply_together=None, kafka_records=lambda name, start, end: None):
         self.appliers, self.read, self.checkpoint, self.slots, self.cap = appliers, read, checkpoint, slots, cap
-        self.clock, self.apply_together = clock, apply_together
+        self.clock, self.apply_together, self.kafka_records = clock, apply_together, kafka_records
         self.together_tables = TOGETHER_TABLES
         self.topics = {name: applier.topic for name, applier in appliers.items()}
         self.sessions: dict = {}  # each table's SparkSession, for `read` (queries.Queries.start_shared)
@@ -271,7 +273,8 @@ class SharedBatch:
                 if done.get(name) is False:  # the direct path just refused it
                     self.appliers[name](self.read(name, start, end), batch_id, waited_s, records, direct=False)
                 else:
-                    self.appliers[name](self.read(name, start, end), batch_id, waited_s, records)
+                    self.appliers[name](self.read(name, start, end), batch_id, waited_s, records,
+                                        kafka=self.kafka_records(name, start, end))
                 done[name] = True
             except BaseException as e:  # noqa: BLE001 - the table's failure, not the others'
                 done[name] = e

@@ -1,8 +1,8 @@
-"""Several tables' small batches of a shared query in one Spark job: one read of their topics'
-ranges, one task that decodes, counts and writes each table's part (sinks/direct.py's
-`write_parts`), then each table committed on its own, as its batch alone would be. A table
-whose part needs a query (a bad record, a truncate, a schema not judged yet...) is left to a
-batch of its own; the others are not held back by it."""
+"""Several tables' small batches of a shared query in one Spark job: one task that reads their
+topics' ranges (with one Kafka consumer: reading.kafka_records), decodes, counts and writes
+each table's part (sinks/direct.py's `write_parts`), then each table committed on its own, as
+its batch alone would be. A table whose part needs a query (a bad record, a truncate, a schema
+not judged yet...) is left to a batch of its own; the others are not held back by it."""
 from __future__ import annotations
 
 import time
@@ -19,7 +19,7 @@ COMMITTERS = 4  # tables committed at once after their parts are written (a comm
 
 class Together:
     """A shared query's `apply_together` (jobs/shared.py): `appliers` and `sessions` by table
-    (the SharedBatch's own), `read` the records of a read's ranges (reading.kafka_ranges's
+    (the SharedBatch's own), `read` the records of a read's ranges (reading.kafka_records's
     arguments after the session's)."""
 
     def __init__(self, appliers: dict, sessions: dict, read):

@@ -2,8 +2,8 @@
 events deduped, guarded by the delete memory and written as a data file and deletion
 vectors in one task, then committed as one RowDelta, with no MERGE planned; with
 `cdc.direct.DirectBatch` (`write_batch`), the same task also decodes and counts the batch's
-Kafka records, with no query planned at all, and one task does so for many tables' parts of
-a batch (`write_parts`). It does what
+Kafka records (read by the task itself: `KafkaRecords`), with no query planned at all, and one
+task does so for many tables' parts of a batch (`write_parts`). It does what
 planning/merge.py's MERGE does in upsert mode, and only where that is provably the same
 (`refusal`, and the batch's own reasons in jobs/plan.py); everything else goes through the
 MERGE."""
@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+                               TimestampType)
 
 from cdc.sinks.session import jvm_class
 
@@ -89,17 +92,43 @@ class Batch:
         self.pending.discard()
 
 
+READ_TIMEOUT_MS = 120_000  # the longest the task's read waits for a partition's next record (Spark's own)
+# The Kafka source's columns with its headers (Spark's KafkaRecordToRowConverter): the rows of
+# a KafkaRecords read.
+KAFKA_SOURCE_SCHEMA = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+    StructField("partition", IntegerType()), StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                 StructField("value", BinaryType())])))])
+
+
+class KafkaRecords:
+    """The Kafka records of topics' `ranges` (topic -> (start, end): each partition's start
+    offset, none: its first, up to its end) that the direct path's task reads itself with one
+    Kafka consumer of `consumer` properties (jvm/direct, KafkaRead), where the Kafka source
+    reads each partition apart after asking Kafka for their offsets in the driver. `schema`
+    is the Kafka source's, as a DataFrame of its rows has it."""
+
+    schema = KAFKA_SOURCE_SCHEMA
+
+    def __init__(self, spark, consumer: dict[str, str], ranges: dict):
+        self.jvm = jvm_class(spark, "cdc.direct.KafkaRead").of(
+            consumer, {topic: [start, end] for topic, (start, end) in ranges.items()}, READ_TIMEOUT_MS)
+
+
 def write_batch(spark, decoder, batch, ref: str, memory_ref: str, key: tuple[str, ...], columns: tuple[str, ...],
                 floor: str | None, committed: dict[int, int], known: set[int] | None, toast: bool,
                 limit: int, max_bytes: int = 0) -> Batch:
-    """Decode the Kafka source's rows `batch` with `decoder` (`decoding`) and write them to the
-    Iceberg target `ref` as `write` does, in one Spark job of one task, leaving out each
-    partition's records before its `committed` offset; the task writes nothing, and says why,
-    at a record that needs a query (bad, a truncate, with `toast` a lacking unchanged value or a
-    key change, a schema fingerprint not in `known`, more than `limit` records or `max_bytes` of
-    them decoded, 0: an eighth of the heap) or for a target the direct path refuses."""
-    pending = jvm_class(spark, BATCH_HELPER).run(spark._jsparkSession, decoder, batch._jdf, ref, memory_ref, list(key),
-                                                 list(columns), floor, dict(committed),
+    """Decode the Kafka records `batch` (a KafkaRecords, or a DataFrame of the Kafka source's
+    rows) with `decoder` (`decoding`) and write them to the Iceberg target `ref` as `write`
+    does, in one Spark job of one task, leaving out each partition's records before its
+    `committed` offset; the task writes nothing, and says why, at a record that needs a query
+    (bad, a truncate, with `toast` a lacking unchanged value or a key change, a schema
+    fingerprint not in `known`, more than `limit` records or `max_bytes` of them decoded, 0: an
+    eighth of the heap) or for a target the direct path refuses."""
+    pending = jvm_class(spark, BATCH_HELPER).run(spark._jsparkSession, decoder, *_source(spark, batch), ref,
+                                                 memory_ref, list(key), list(columns), floor, dict(committed),
                                                  None if known is None else list(known), toast, limit, max_bytes)
     return Batch(spark, pending)
 
@@ -115,9 +144,17 @@ def part(spark, decoder, ref: str, memory_ref: str, topic: str, key: tuple[str, 
                                                toast, limit)
 
 
-def write_parts(spark, batch, parts: list, max_bytes: int = 0) -> list[Batch]:
-    """Decode and write the `parts` (`part`) of one batch, the Kafka source's rows `batch` of
-    their topics, in one Spark job of one task: each part's Batch, in order, uncommitted. A part
-    that needs a query says why (`Batch.reason`) and the others go on."""
-    pending = jvm_class(spark, BATCH_HELPER).runAll(spark._jsparkSession, batch._jdf, parts, max_bytes)
+def write_parts(spark, records, parts: list, max_bytes: int = 0) -> list[Batch]:
+    """Decode and write the `parts` (`part`) of one batch, the `records` of their topics (a
+    KafkaRecords, or a DataFrame of the Kafka source's rows), in one Spark job of one task:
+    each part's Batch, in order, uncommitted. A part that needs a query says why
+    (`Batch.reason`) and the others go on."""
+    pending = jvm_class(spark, BATCH_HELPER).runAll(spark._jsparkSession, *_source(spark, records), parts, max_bytes)
     return [Batch(spark, p) for p in pending]
+
+
+def _source(spark, records) -> tuple:
+    """The arguments of the batch helper's records: a KafkaRecords's read and schema, or a DataFrame."""
+    if isinstance(records, KafkaRecords):
+        return records.jvm, spark._jsparkSession.parseDataType(records.schema.json())
+    return (records._jdf,)

@@ -4,12 +4,14 @@ target as the MERGE does (read back by pyiceberg and by Spark), with the same of
 batch it cannot take exactly goes through a query, and a target it cannot write says why."""
 from __future__ import annotations
 
+import pytest
+
 from cdc.control.commits import parse_offsets, parse_transaction
 from cdc.jobs.plan import BATCH_TASK_RECORDS
 from cdc.sinks import direct
 from cdc.sinks.formats import open_table
 from tests.spark.conftest import SCRATCH
-from tests.spark.test_merge_semantics import UNAVAILABLE, Harness, envelope_with_schema
+from tests.spark.test_merge_semantics import KAFKA_SCHEMA, UNAVAILABLE, Harness, envelope_with_schema
 
 ROW = {"v": "a", "n": 1}
 
@@ -257,7 +259,6 @@ def test_several_tables_batches_share_one_job_and_a_table_needing_a_query_goes_a
     as the MERGE-only target does; a table's part leaves out the other topics' records and
     those past its range."""
     from cdc.jobs.together import Together
-    from tests.spark.test_merge_semantics import KAFKA_SCHEMA
 
     def frame(records: list):
         return spark.createDataFrame([r if len(r) == 6 else (*r, []) for r in records], KAFKA_SCHEMA)
@@ -346,3 +347,86 @@ def test_the_key_index_reads_a_file_once_and_follows_what_others_commit(scratch,
     assert path_of(d) == "batch"
     assert index_counts(spark)[1] == built + 1
     assert d.values() == {1: "one again", 2: "two", 4: "four again", 5: "v5", 6: "six", 7: "v7", 8: "v8"}
+
+
+def test_one_job_reads_its_tables_ranges_from_kafka_with_one_consumer(stack, settings, scratch, table_name):
+    """The job of several tables' batches reads their ranges from the real Kafka itself
+    (reading.kafka_records, jvm/direct's KafkaRead): the parts of each topic from their start
+    (a partition a start lacks: from its first record) up to their end, headers kept (a key
+    change's take a query), and each target then equal to the MERGE's. A range Kafka no longer
+    holds is an error that says data was lost, never a shorter batch."""
+    import secrets
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    from cdc.config.clients import kafka_access
+    from cdc.jobs.reading import kafka_records
+    from cdc.jobs.together import Together
+
+    spark, _ = scratch
+    pairs = [both(scratch, f"{table_name}_{secrets.token_hex(3)}_{i}") for i in range(3)]
+    topics = [pair[0].topic for pair in pairs]
+    access = kafka_access(settings).client()
+    admin = AdminClient(access)
+    for future in admin.create_topics([NewTopic(t.name, num_partitions=2, replication_factor=1)
+                                       for t in topics]).values():
+        future.result(30)
+    producer = Producer(access)
+
+    def produce(records: list) -> list:
+        for key, value, topic, partition, offset, *headers in records:
+            producer.produce(topic, key=key, value=value, partition=partition, headers=(headers or [None])[0],
+                             on_delivery=lambda err, msg, at=offset: sent.append((err, msg.offset(), at)))
+        assert producer.flush(30) == 0
+        assert all(err is None and got == at for err, got, at in sent), sent  # the records' offsets, as built
+        return records
+
+    sent: list = []
+    for pair, t in zip(pairs, topics):  # a table's first batch learns its records' schema alone
+        t.change("c", {"id": 1, "v": "a", "n": 1}, 100, 110)
+        t.change("c", {"id": 2, "v": "b", "n": 2}, 100, 120)
+        assert apply_both(pair, produce(t.take())) == "direct"
+    starts = [t.next_offset for t in topics]
+    for i, t in enumerate(topics):
+        t.change("u", {"id": 1, "v": f"b{i}", "n": 2}, 200, 210)
+        t.change("c", {"id": 3, "v": "c", "n": 3}, 200, 220)
+        if i == 2:
+            t.key_change({"id": 2, **ROW}, {"id": 20, **ROW}, 200, 230)  # its headers: a query looks it up
+    taken = [produce(t.take()) for t in topics]
+    ends = [t.next_offset for t in topics]
+    topics[1].partition, topics[1].next_offset = 1, 0  # a partition its table's start lacks
+    taken[1] += produce([topics[1].change("c", {"id": 4, "v": "other partition", "n": 4}, 200, 240)])
+    topics[1].partition = 0
+    produce([topics[0].change("c", {"id": 9, "v": "later", "n": 9}, 300, 310)])  # past table 0's range
+    appliers = {pair[0].applier.name: pair[0].applier for pair in pairs}
+    names = list(appliers)
+    ranges = {name: (pair[0].batch_id, {0: start}, {0: end, 1: 1 if i == 1 else 0}, len(records))
+              for i, (name, pair, start, end, records) in enumerate(zip(names, pairs, starts, ends, taken))}
+    read = lambda session, spans: kafka_records(session, settings, spans, "cdc-test-together")  # noqa: E731
+    done = Together(appliers, dict.fromkeys(appliers, spark), read)(ranges, 0.0)
+    assert done == {names[0]: True, names[1]: True, names[2]: False}
+    assert "together" in pairs[0][0].applier.timer.steps
+    pairs[2][0].applier(pairs[2][0].spark.createDataFrame([(*r, []) if len(r) == 5 else r for r in taken[2]],
+                                                          KAFKA_SCHEMA), pairs[2][0].batch_id, direct=False)
+    for pair, records in zip(pairs, taken):
+        pair[0].batch_id += 1
+        pair[1].apply(records)
+        assert rows(pair[0]) == rows(pair[1])
+    assert 9 not in pairs[0][0].rows() and pairs[1][0].values()[4] == "other partition"
+    assert parse_offsets(pairs[1][0].summaries()[-1]) == {topics[1].name: {0: ends[1], 1: 1}}
+
+    # Kafka no longer holds the start of table 0's next range
+    for future in admin.delete_records([KafkaPartition(topics[0].name, 0, ends[0] + 1)]).values():
+        future.result(30)
+    part = appliers[names[0]].direct_part(spark, direct.KafkaRecords.schema, {0: ends[0]}, {0: ends[0] + 1}, 1,
+                               pairs[0][0].batch_id)
+    with pytest.raises(Exception, match="data loss"):
+        direct.write_parts(spark, read(spark, {topics[0].name: ({0: ends[0]}, {0: ends[0] + 1})}), [part.jvm])
+
+
+def test_the_kafka_records_schema_is_the_kafka_sources(spark):
+    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
+             .option("assign", '{"t": [0]}').option("includeHeaders", "true").load())  # never read
+    assert direct.KafkaRecords.schema == frame.schema

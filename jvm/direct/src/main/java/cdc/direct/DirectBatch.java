@@ -14,6 +14,7 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.function.Supplier;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -22,6 +23,7 @@ import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.spark.Spark3Util;
 import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.Column;
@@ -369,6 +371,16 @@ public final class DirectBatch {
                                                  known, toast, limit)), maxBytes).get(0);
   }
 
+  /** {@link #run} of the records {@code read} reads (in the task), as rows of the Kafka source's
+   * {@code raw} schema (with headers). */
+  public static Pending run(SparkSession spark, Decoding decoding, KafkaRead read, StructType raw, String name,
+                            String memory, List<String> key, List<String> columns, String floor,
+                            Map<?, ?> committed, List<?> known, boolean toast, long limit, long maxBytes)
+      throws Exception {
+    return runAll(spark, read, raw, List.of(new Part(decoding, name, memory, null, key, columns, floor, committed,
+                                                     null, known, toast, limit)), maxBytes).get(0);
+  }
+
   /** What a task needs of a part: its decoding, target and memory broadcast, and their snapshots. */
   private record Task(Part part, Broadcast<Decoding> decoder, Broadcast<Table> target, Broadcast<Table> deletes,
                       long base, long memoryBase) implements Serializable {}
@@ -384,6 +396,19 @@ public final class DirectBatch {
    */
   public static List<Pending> runAll(SparkSession spark, Dataset<Row> batch, List<Part> parts, long maxBytes)
       throws Exception {
+    return runAll(spark, batch.schema(), () -> batch.queryExecution().toRdd().toJavaRDD(), parts, maxBytes);
+  }
+
+  /** {@link #runAll} of the records {@code read} reads (in the task), as rows of the Kafka source's
+   * {@code raw} schema (with headers). */
+  public static List<Pending> runAll(SparkSession spark, KafkaRead read, StructType raw, List<Part> parts,
+                                     long maxBytes) throws Exception {
+    return runAll(spark, raw, () -> JavaSparkContext.fromSparkContext(spark.sparkContext())
+        .parallelize(List.of(read), 1).mapPartitions(it -> it.next().rows(raw)), parts, maxBytes);
+  }
+
+  private static List<Pending> runAll(SparkSession spark, StructType raw, Supplier<JavaRDD<InternalRow>> batch,
+                                      List<Part> parts, long maxBytes) throws Exception {
     Pending[] pending = new Pending[parts.size()];
     List<Integer> read = new ArrayList<>();
     List<Task> tasks = new ArrayList<>();
@@ -395,7 +420,7 @@ public final class DirectBatch {
         Part part = parts.get(i);
         Table table = DirectDelta.loaded(spark, part.name);
         String refused = DirectDelta.refusal(table, part.key, part.columns);
-        if (refused != null || !batch.schema().equals(part.decoding.raw)
+        if (refused != null || !raw.equals(part.decoding.raw)
             || table.schema().schemaId() != part.decoding.schemaId) {
           Outcome none = new Outcome();
           none.reason = refused != null ? refused : COLUMNS;
@@ -410,7 +435,7 @@ public final class DirectBatch {
         prepared[i] = System.nanoTime() - began;
       }
       if (!tasks.isEmpty()) {
-        List<Outcome> outcomes = written(spark, batch, tasks, maxBytes);
+        List<Outcome> outcomes = written(spark, raw, batch, tasks, maxBytes);
         for (int j = 0; j < tasks.size(); j++) {
           Outcome outcome = outcomes.isEmpty() ? new Outcome() : outcomes.get(j);
           if (outcomes.isEmpty()) {  // a batch of no Kafka partition: nothing to write
@@ -430,15 +455,15 @@ public final class DirectBatch {
 
   /** The job of {@link #runAll}: one task decoding the batch's records for each of {@code tasks} and
    * writing each one's files; their outcomes in order (none for a batch of no partition). */
-  private static List<Outcome> written(SparkSession spark, Dataset<Row> batch, List<Task> tasks, long maxBytes) {
-    StructType raw = batch.schema();
+  private static List<Outcome> written(SparkSession spark, StructType raw, Supplier<JavaRDD<InternalRow>> batch,
+                                       List<Task> tasks, long maxBytes) {
     int partitionAt = raw.fieldIndex("partition");
     int offsetAt = raw.fieldIndex("offset");
     int topicAt = raw.fieldIndex("topic");
     // The session's SQL settings reach the task as a query's do (the JSON reader's partial
     // results, ANSI rules): the expressions read them where they run.
     List<List<Outcome>> out = SQLExecution.withSQLConfPropagated((org.apache.spark.sql.classic.SparkSession) spark,
-        () -> batch.queryExecution().toRdd().toJavaRDD().coalesce(1).mapPartitions(it -> {
+        () -> batch.get().coalesce(1).mapPartitions(it -> {
       TaskContext context = TaskContext.get();
       int partition = context == null ? 0 : context.partitionId();
       long budget = maxBytes > 0 ? maxBytes : heldBytes();
