@@ -130,6 +130,11 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
                                          f'"-Dcdc.spark.log={spark_log(settings)}" {driver_gc(s.driver_memory)}'
                                          f'{" " + archive if archive else ""}',
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",  # a cluster's executors, as the driver
+        # Local files (a local warehouse, the checkpoints) with their permissions set in the JVM:
+        # Hadoop's own local file system runs a chmod process for each file it creates, two with
+        # its checksum (about 10 ms a file), and a batch's commit creates several
+        # (jvm/direct, LocalFiles).
+        "spark.hadoop.fs.file.impl": "cdc.direct.LocalFiles",
         **spark_catalog_conf(settings),
         **{k: v for k, v in s.extra_conf.items() if not (on_class_path and k == "spark.driver.extraClassPath")},
     }

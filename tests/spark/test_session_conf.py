@@ -17,3 +17,25 @@ def test_settings_for_a_block_are_unset_after_it_or_set_back(spark):
         assert spark.conf.get("cdc.test.stamp", None) is None
     finally:
         spark.conf.unset("cdc.test.given")
+
+
+
+def test_local_files_are_written_as_hadoop_writes_them(spark, tmp_path):
+    """The session's local file system (jvm/direct, LocalFiles: permissions set in the JVM, no
+    `chmod` process) makes files and directories of the same modes as Hadoop's own, checksums
+    beside them."""
+    import os
+
+    jvm = spark._jvm
+    conf, root = spark._jsc.hadoopConfiguration(), jvm.java.net.URI("file:///")
+    ours = jvm.org.apache.hadoop.fs.FileSystem.get(root, conf)
+    hadoops = jvm.org.apache.hadoop.fs.LocalFileSystem()
+    hadoops.initialize(root, conf)
+    assert ours.getClass().getName() == "cdc.direct.LocalFiles"
+    for name, fs in (("ours", ours), ("hadoops", hadoops)):
+        out = fs.create(jvm.org.apache.hadoop.fs.Path((tmp_path / name / "file").as_uri()), False)
+        out.write(b"abc")
+        out.close()
+    assert all((tmp_path / name / ".file.crc").exists() for name in ("ours", "hadoops"))
+    for path in ("", "file"):
+        assert os.stat(tmp_path / "ours" / path).st_mode == os.stat(tmp_path / "hadoops" / path).st_mode
