@@ -176,6 +176,13 @@ def measure(spark, settings, catalog, sizes: dict) -> dict:
     for rate, name, commits, values in sorted(busiest, reverse=True)[:8]:  # where the p95's events are
         print(f"tables: {name} at {rate:,.0f} events/s, {commits} commits: freshness p50 "
               f"{statistics.median(values):.2f}s, p95 {_p95(values):.2f}s", flush=True)
+    worst_served = sorted(busiest, key=lambda t: _p95(t[3]), reverse=True)
+    for rate, name, commits, values in worst_served[:4]:  # the tables the worst p95 is of
+        print(f"tables: worst served {name} at {rate:,.1f} events/s, {len(values)} events, {commits} commits: "
+              f"freshness p50 {statistics.median(values):.2f}s, p95 {_p95(values):.2f}s, max {values[-1]:.2f}s",
+              flush=True)
+    print(f"tables: {sum(1 for t in busiest if _p95(t[3]) > 10)} of {len(busiest)} tables with a p95 over 10 s",
+          flush=True)
     every = sorted(v for values in per_table for v in values)
     p = statistics.quantiles(every, n=100)
     worst = max(_p95(values) for values in per_table)

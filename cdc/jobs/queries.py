@@ -158,11 +158,10 @@ class Queries:
             return kafka_range(session, settings, appliers[table].topic, first, last, f"cdc-shared-{table}")
 
         def read_ranges(session, ranges: dict):
-            return kafka_records(session, settings, ranges, "cdc-shared-together")
+            return kafka_records(session, settings, ranges)
 
         def read_records(table: str, first: dict[int, int], last: dict[int, int]):
-            return kafka_records(batch.sessions[table], settings, {appliers[table].topic: (first, last)},
-                                 f"cdc-shared-{table}")
+            return kafka_records(batch.sessions[table], settings, {appliers[table].topic: (first, last)})
 
         sessions = {n: session for n, (_, session, _) in members.items()}
         batch = self.gates[name] = shared.SharedBatch(appliers, read, checkpoint, self.slots, start, cap,

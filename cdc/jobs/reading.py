@@ -47,13 +47,13 @@ def kafka_options(spark, settings: Settings) -> dict[str, str]:
     }
 
 
-def kafka_records(spark, settings: Settings, ranges: dict[str, Range], group: str) -> KafkaRecords:
+def kafka_records(spark, settings: Settings, ranges: dict[str, Range]) -> KafkaRecords:
     """The records of each topic of `ranges` (topic -> (start, end), as `kafka_ranges` reads
     them) for the direct path's task to read itself, with one Kafka consumer of the Kafka
-    source's settings (`kafka_options`)."""
+    source's settings (`kafka_options`). It is of no group (it commits nothing, and is assigned
+    its partitions), so every read of the job shares the consumers the JVM keeps."""
     consumer = {"bootstrap.servers": settings.kafka_bootstrap, **java_kafka_properties(settings),
-                "fetch.max.wait.ms": str(FETCH_WAIT_MS), "max.partition.fetch.bytes": str(FETCH_PARTITION_BYTES),
-                "group.id": group}
+                "fetch.max.wait.ms": str(FETCH_WAIT_MS), "max.partition.fetch.bytes": str(FETCH_PARTITION_BYTES)}
     return KafkaRecords(spark, consumer, ranges)
 
 

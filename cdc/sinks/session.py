@@ -135,6 +135,7 @@ def session_conf(settings: Settings, app_name: str = "cdc", given: dict[str, str
         # its checksum (about 10 ms a file), and a batch's commit creates several
         # (jvm/direct, LocalFiles).
         "spark.hadoop.fs.file.impl": "cdc.direct.LocalFiles",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "cdc.direct.LocalFiles$Context",
         **spark_catalog_conf(settings),
         **{k: v for k, v in s.extra_conf.items() if not (on_class_path and k == "spark.driver.extraClassPath")},
     }

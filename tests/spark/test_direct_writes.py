@@ -404,7 +404,7 @@ def test_one_job_reads_its_tables_ranges_from_kafka_with_one_consumer(stack, set
     names = list(appliers)
     ranges = {name: (pair[0].batch_id, {0: start}, {0: end, 1: 1 if i == 1 else 0}, len(records))
               for i, (name, pair, start, end, records) in enumerate(zip(names, pairs, starts, ends, taken))}
-    read = lambda session, spans: kafka_records(session, settings, spans, "cdc-test-together")  # noqa: E731
+    read = lambda session, spans: kafka_records(session, settings, spans)  # noqa: E731
     done = Together(appliers, dict.fromkeys(appliers, spark), read)(ranges, 0.0)
     assert done == {names[0]: True, names[1]: True, names[2]: False}
     assert "together" in pairs[0][0].applier.timer.steps

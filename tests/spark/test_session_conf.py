@@ -32,10 +32,20 @@ def test_local_files_are_written_as_hadoop_writes_them(spark, tmp_path):
     hadoops = jvm.org.apache.hadoop.fs.LocalFileSystem()
     hadoops.initialize(root, conf)
     assert ours.getClass().getName() == "cdc.direct.LocalFiles"
+    context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(root, conf)  # Spark's checkpoints
+    assert context.getDefaultFileSystem().getClass().getName() == "cdc.direct.LocalFiles$Context"
     for name, fs in (("ours", ours), ("hadoops", hadoops)):
         out = fs.create(jvm.org.apache.hadoop.fs.Path((tmp_path / name / "file").as_uri()), False)
         out.write(b"abc")
         out.close()
-    assert all((tmp_path / name / ".file.crc").exists() for name in ("ours", "hadoops"))
-    for path in ("", "file"):
-        assert os.stat(tmp_path / "ours" / path).st_mode == os.stat(tmp_path / "hadoops" / path).st_mode
+    flags = jvm.java.util.EnumSet.of(jvm.org.apache.hadoop.fs.CreateFlag.CREATE)
+    context.mkdir(jvm.org.apache.hadoop.fs.Path((tmp_path / "context").as_uri()),
+                  jvm.org.apache.hadoop.fs.permission.FsPermission.getDirDefault(), True)
+    out = context.create(jvm.org.apache.hadoop.fs.Path((tmp_path / "context" / "file").as_uri()), flags,
+                         spark.sparkContext._gateway.new_array(jvm.org.apache.hadoop.fs.Options.CreateOpts, 0))
+    out.write(b"abc")
+    out.close()
+    assert all((tmp_path / name / ".file.crc").exists() for name in ("ours", "hadoops", "context"))
+    for name in ("ours", "context"):
+        for path in ("", "file"):
+            assert os.stat(tmp_path / name / path).st_mode == os.stat(tmp_path / "hadoops" / path).st_mode
