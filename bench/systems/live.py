@@ -43,7 +43,7 @@ FLINK_GROUP = "bench-systems-flink"  # flink/job.py's consumer group
 
 # run name -> (system, its setting): each peer at its documented default and at its fastest
 RUNS = {
-    "cdc": ("cdc", {}),  # a batch every `trigger_interval_s`, 2 s
+    "cdc": ("cdc", {}),  # a batch every `trigger_interval_s`, 1 s
     "cdc_trigger_0_5s": ("cdc", {"trigger_interval_s": 0.5}),
     "deltars": ("deltars", ["--poll-s", "0.2"]),  # a merge per poll, as soon as there is something
     "hudi": ("hudi", ["--follow"]),  # a commit as soon as the last one ends, as Hudi's streamer's continuous mode

@@ -153,9 +153,9 @@ def test_a_table_failing_for_a_while_leaves_the_shared_query_and_joins_it_again(
         finally:
             data.unlink()
             away.rename(data)
-        wait_line(proc, log_path, f"{env.schema}.sj_b: joins the shared query shared-2s again")
+        wait_line(proc, log_path, f"{env.schema}.sj_b: joins the shared query shared-1s again")
         wait_equal(env, tables, proc, log_path)
-        assert jobstate.read(env.settings.state_dir, f"{env.schema}.sj_b").get("query") == "shared-2s"
+        assert jobstate.read(env.settings.state_dir, f"{env.schema}.sj_b").get("query") == "shared-1s"
         commits = len(env.summaries("sj_b"))
         for i, t in enumerate(tables):
             change(env, t, i + 5)

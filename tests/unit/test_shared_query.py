@@ -15,7 +15,7 @@ def test_tables_share_a_query_by_trigger_interval_unless_they_size_their_own_bat
     tables = [reg("s.a"), reg("s.b"), reg("s.c", trigger_interval_s=10), reg("s.d", trigger_interval_s=10),
               reg("s.e", trigger_interval_s=30), reg("s.f", max_offsets_per_trigger=5),
               reg("s.g", min_offsets_per_trigger=5)]
-    assert groups(tables) == {"shared-2s": ["s.a", "s.b"], "shared-10s": ["s.c", "s.d"]}  # s.e alone: its own
+    assert groups(tables) == {"shared-1s": ["s.a", "s.b"], "shared-10s": ["s.c", "s.d"]}  # s.e alone: its own
     # by default a job's tables share queries; `spark.shared_query: false` gives each its own
     assert Supervisor(None, Settings(), tables, available_now=True).state.groups == groups(tables)
     assert Supervisor(None, Settings(spark=SparkSettings(shared_query=False)), tables, available_now=True).state.groups == {}

@@ -650,8 +650,9 @@ public final class DirectDelta {
       }
       if (data != null) {
         data.close();
-        w.data.add(data.toDataFile());
-        KeyIndex.wrote(data.toDataFile(), projectionOf(foundFields(schema, key)), keyAt.length, keyTypes, written);
+        DataFile file = data.toDataFile();
+        w.data.add(file);
+        KeyIndex.wrote(file, projectionOf(foundFields(schema, key)), keyAt.length, keyTypes, written);
       }
       dv.close();
       DeleteWriteResult result = dv.result();

@@ -20,12 +20,14 @@ import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.util.TaskCompletionListener;
 
 /**
  * The Kafka records of several topics' offset ranges, read in a task by one consumer: one fetch
@@ -82,7 +84,12 @@ public final class KafkaRead implements Serializable {
     if (!List.of(schema.fieldNames()).equals(COLUMNS)) {
       throw new IllegalArgumentException("not the Kafka source's columns with headers: " + schema.simpleString());
     }
-    return new Records(UnsafeProjection.create(schema));
+    Records records = new Records(UnsafeProjection.create(schema));
+    TaskContext task = TaskContext.get();
+    if (task != null) {  // a task that ends before its read does (failed, cancelled) closes its consumer
+      task.addTaskCompletionListener((TaskCompletionListener) context -> records.close());
+    }
+    return records;
   }
 
   private KafkaConsumer<byte[], byte[]> borrowed() {
@@ -143,6 +150,14 @@ public final class KafkaRead implements Serializable {
         consumer.close(Duration.ZERO);
         consumer = null;
         throw e;
+      }
+    }
+
+    /** Close the consumer, unless it was given back at the end of the read. */
+    void close() {
+      if (consumer != null) {
+        consumer.close(Duration.ZERO);
+        consumer = null;
       }
     }
 
