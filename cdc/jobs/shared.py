@@ -173,23 +173,28 @@ class SharedBatch:
         """The table to apply next (the caller holds `cond`): its name, the batch its range
         ends with, that end, and its records; None when no table has anything to apply."""
         due = self._due()
-        return due[0] if due else None
+        return due[0][:4] if due else None
 
     def _picks(self) -> list[tuple[str, int, dict[int, int], int | None]]:
         """The tables to apply next, in one job (`together`) when `apply_together` is given:
-        each as `_pick` gives it (the caller holds `cond`)."""
+        each as `_pick` gives it (the caller holds `cond`). The first is the strongest claim;
+        the others that join its job are taken longest waiting first: in a job of small
+        batches each table costs about the same, whatever its records, so the quiet tables'
+        changes, whose claims stay low, ride along instead of waiting behind the busy ones."""
         due = self._due()
         if not due or self.apply_together is None:
-            return due[:1]
+            return [d[:4] for d in due[:1]]
+        due = [d[:4] for d in due[:1] + sorted(due[1:], key=lambda d: -d[4])]  # of equal waits, by claim
         by_name = {d[0]: d for d in due}
         joins = {name: getattr(self.appliers[name], "joins_others", lambda: False)() for name in by_name}
         return [by_name[name] for name in together([(d[0], d[3], joins[d[0]]) for d in due],
                                                    tables=self.together_tables)]
 
-    def _due(self) -> list[tuple[str, int, dict[int, int], int | None]]:
+    def _due(self) -> list[tuple[str, int, dict[int, int], int | None, float]]:
         """The tables with records to apply, not being applied, strongest claim first
-        (backlog.claim): each with the batch its range ends with, that end, and its records,
-        as far as `cap` records allow (the caller holds `cond`)."""
+        (backlog.claim): each with the batch its range ends with, that end, its records, as
+        far as `cap` records allow, and the seconds since its first record's batch was planned
+        (the caller holds `cond`)."""
         due, now = [], self.clock()
         for name in sorted(self.appliers.keys() - self.busy):  # a table that failed has left `appliers`
             topic, start = self.topics[name], self.next[name]
@@ -203,7 +208,7 @@ class SharedBatch:
                 if more is None or more > self.cap:
                     break
                 chosen, records = (later, end[topic]), more
-            due.append((claim(records, now - at), name, chosen[0], chosen[1], records))
+            due.append((claim(records, now - at), name, chosen[0], chosen[1], records, now - at))
         due.sort(key=lambda d: -d[0])  # stable: of equal claims, by name
         return [d[1:] for d in due]
 

@@ -227,3 +227,45 @@ def test_a_worker_applies_several_tables_in_one_job_and_alone_those_that_need_it
     assert alone == [("b", 0, 20, False), ("d", 0, 5, True)]
     assert [batch.applied(n) for n in "abd"] == [{0: 30}, {0: 20}, {0: 5}]
     assert list(batch.take_failed()) == ["c"]
+
+
+def test_the_tables_joining_a_job_are_those_waiting_longest(tmp_path):
+    """A job's first table is the strongest claim; the tables that join it are the ones waiting
+    longest, not the next claims: a quiet table's few changes ride along with the busy ones."""
+    import json
+
+    from cdc.jobs.slots import BatchSlots
+    from cdc.jobs.shared import SharedBatch
+
+    (tmp_path / "offsets").mkdir()
+    calls, now = [], [0.0]
+
+    class Applier:
+        def __init__(self, topic):
+            self.topic = topic
+
+        def joins_others(self):
+            return True
+
+    def apply_together(ranges, waited_s):
+        calls.append(sorted(ranges))
+        return dict.fromkeys(ranges, True)
+
+    names = ("a", "b", "c", "quiet")
+    start = json.dumps({f"t.{n}": {"0": 0} for n in names})
+    batch = SharedBatch({n: Applier(f"t.{n}") for n in names}, None, tmp_path, BatchSlots(1), start, cap=10_000,
+                        clock=lambda: now[0], apply_together=apply_together)
+    batch.together_tables = 3
+    try:
+        with batch.cond:
+            (tmp_path / "offsets" / "0").write_text("v1\n{}\n" + json.dumps({"t.quiet": {"0": 2}}))
+            batch(None, 0)  # the quiet table's 2 changes, planned at 0 s
+            now[0] = 30.0
+            (tmp_path / "offsets" / "1").write_text("v1\n{}\n" + json.dumps(
+                {"t.a": {"0": 900}, "t.b": {"0": 800}, "t.c": {"0": 700}, "t.quiet": {"0": 2}}))
+            batch(None, 1)  # the busy tables' changes, 30 s later
+        assert batch.drained(30)
+    finally:
+        batch.close()
+    # by claim alone: a, b, c (the quiet table's claim, log2(3) + 3, is below theirs)
+    assert calls[0] == ["a", "b", "quiet"]
