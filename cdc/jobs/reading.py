@@ -52,8 +52,8 @@ def kafka_records(spark, settings: Settings, ranges: dict[str, Range]) -> KafkaR
     them) for the direct path's task to read itself, with one Kafka consumer of the Kafka
     source's settings (`kafka_options`). It is of no group (it commits nothing, and is assigned
     its partitions), so every read of the job shares the consumers the JVM keeps."""
-    consumer = {"bootstrap.servers": settings.kafka_bootstrap, **java_kafka_properties(settings),
-                "fetch.max.wait.ms": str(FETCH_WAIT_MS), "max.partition.fetch.bytes": str(FETCH_PARTITION_BYTES)}
+    options = kafka_options(spark, settings)
+    consumer = {k.removeprefix("kafka."): v for k, v in options.items() if k.startswith("kafka.")}
     return KafkaRecords(spark, consumer, ranges)
 
 
