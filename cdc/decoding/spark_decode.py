@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Callable
 
+from pyspark import SparkContext
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -48,6 +49,19 @@ def json_options(max_value_bytes: int) -> dict[str, str]:
 # regular expression (about ten times slower).
 SCHEMA_ENDS = (',"payload":', ', "payload":')
 SCHEMA_HEAD = r'(?s)^(\{\s*"schema"\s*:.*?)\s*,\s*"payload"\s*:'
+
+
+JSON_BYTES = "cdc.direct.JsonBytes"
+
+
+def from_json(column: SparkColumn, ddl: str, options: dict[str, str] | None = None,
+              heads: tuple[str, ...] = ()) -> SparkColumn:
+    """Spark's `from_json(column, ddl, options)` of a string or binary column, its result read
+    from the bytes (jvm/direct, JsonBytes): Spark's own makes a text reader for every record,
+    which costs as much as the parse of a change event. With `heads`, schema parts (oldest
+    first) a value may start with: one that does is read from its payload on (`payload`)."""
+    jvm = SparkContext._active_spark_context._jvm
+    return SparkColumn(getattr(jvm, JSON_BYTES).column(column._jc, ddl, options or {}, list(heads)))
 
 
 def schema_head() -> SparkColumn:
@@ -132,16 +146,10 @@ def payload_schema(columns: tuple[Column, ...], text: tuple[str, ...] = ()) -> s
 def payload(schema: str, known: dict[int, str] | None = None, max_value_bytes: int = MAX_VALUE_BYTES) -> SparkColumn:
     """A record value's payload parsed as `schema` (`payload_schema`). A value starting with
     one of the `known` schema parts (`schema_heads`) is parsed without it: `{` and the text
-    from its `"payload":` on (a byte offset that part gives) make the same message but for
-    the schema part, most of the record, which is then not read again."""
-    def parsed(value: SparkColumn) -> SparkColumn:
-        return F.from_json(value, f"STRUCT<payload: {schema}>", json_options(max_value_bytes)).getField("payload")
-
-    def without(head: str) -> SparkColumn:
-        start = len(head.encode("utf-8")) + 2  # past the comma
-        return F.expr(f"concat(X'7B', substr(CAST(value AS BINARY), {start}))").cast("string")
-    return reduce(lambda acc, head: F.when(_starts_with(head), parsed(without(head))).otherwise(acc),
-                  (known or {}).values(), parsed(F.col("value").cast("string")))
+    from its `,"payload":` on make the same message but for the schema part, most of the
+    record, which is then not read again."""
+    return from_json(F.col("value"), f"STRUCT<payload: {schema}>", json_options(max_value_bytes),
+                     tuple((known or {}).values())).getField("payload")
 
 
 def key_schema(key_columns: tuple[Column, ...]) -> str:
@@ -149,7 +157,13 @@ def key_schema(key_columns: tuple[Column, ...]) -> str:
 
 
 def _hex(expr: SparkColumn, width: int) -> SparkColumn:
-    return F.lpad(F.lower(F.hex(expr)), width, "0")
+    """Upper-case hex digits, `width` of them (`_lower_hex` turns a concatenation of them to lower
+    case at once, without `lower`, which loads ICU's case tables)."""
+    return F.lpad(F.hex(expr), width, "0")
+
+
+def _lower_hex(expr: SparkColumn) -> SparkColumn:
+    return F.translate(expr, "ABCDEF", "abcdef")
 
 
 def _transaction_key(kind: str) -> SparkColumn:
@@ -167,7 +181,7 @@ def _position_parts(kind: str) -> tuple[SparkColumn, SparkColumn]:
         event = F.when(file_index.isNotNull() & F.col("_v.source.pos").isNotNull(),
                        F.shiftleft(F.col("_v.source.pos"), ROW_BITS).bitwiseOR(row))
         return F.coalesce(file_index, F.lit(0)), event
-    seq = F.from_json(F.col("_v.source.sequence"), "ARRAY<STRING>")
+    seq = from_json(F.col("_v.source.sequence"), "ARRAY<STRING>")
     commit_lsn = F.coalesce(F.try_element_at(seq, F.lit(1)).try_cast("bigint"), F.lit(0))
     event_lsn = F.coalesce(F.try_element_at(seq, F.lit(2)).try_cast("bigint"), F.col("_v.source.lsn"))
     return commit_lsn, event_lsn
@@ -207,7 +221,7 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     by_name = {c.name: c for c in columns}
     text = masked_as_text(columns, masked)
     envelope = [
-        F.from_json(F.col("key").cast("string"), key_schema(key_cols)).getField("payload").alias("_k"),
+        from_json(F.col("key"), key_schema(key_cols)).getField("payload").alias("_k"),
         payload(payload_schema(columns, text), heads, max_value_bytes).alias("_v"),
         F.col("value").isNull().alias("_null_value"), F.col("value"), F.octet_length("value").alias("_value_bytes"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
@@ -231,8 +245,8 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     op = (F.when(F.col("_null_value"), F.lit(TOMBSTONE)).when(F.coalesce(non_data, F.lit(False)), F.lit(NON_DATA))
           .otherwise(F.col("_v.op")))
     commit_lsn, event_lsn = _position_parts(kind)
-    pos = F.concat(_hex(commit_lsn, 16), _hex(event_lsn, 16), F.when(F.col("_op") == "r", "0").otherwise("1"),
-                   _hex(F.col("_partition"), 8), _hex(F.col("_offset"), 16))
+    pos = _lower_hex(F.concat(_hex(commit_lsn, 16), _hex(event_lsn, 16), F.when(F.col("_op") == "r", "0").otherwise("1"),
+                              _hex(F.col("_partition"), 8), _hex(F.col("_offset"), 16)))
     position = F.when(event_lsn.isNotNull(), pos)
     row = F.when(F.col("_op") == "d", F.col("_v.before")).otherwise(F.col("_v.after"))
     # An unchanged TOASTed value arrives as a placeholder: flagged, and never taken as data.
@@ -244,7 +258,7 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
              row.getField(c.name)).alias(c.name) for c in columns]
     flags = [unavailable[name].alias(f"_unavailable_{i}") for name, i in toast.items()]
     # A key change: the old key of the new key's create (null when its header does not parse).
-    old_key = F.from_json(F.col("_old_key"), f"STRUCT<{_struct_ddl(key_cols)}>")
+    old_key = from_json(F.col("_old_key"), f"STRUCT<{_struct_ddl(key_cols)}>")
     moved_from = F.col("_old_key").isNotNull() & (F.col("_op") == "c")
     moved = [(moved_from, "_moved_from")] + [(F.when(moved_from, old_key.getField(k)), f"_from_{i}")
                                               for i, k in enumerate(key)]

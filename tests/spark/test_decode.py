@@ -238,3 +238,53 @@ def test_a_value_up_to_the_record_limit_is_read_and_a_longer_one_named(spark):
     row = short(spark.createDataFrame(records, KAFKA)).first()
     assert row["_error_class"] == "record-too-large", row["_error"]
     assert f"bytes are over kafka.max_record_bytes ({JACKSON_MAX_STRING - 1})" in row["_error"]
+
+
+def test_json_read_from_bytes_gives_spark_from_json_result(spark):
+    """`from_json` of the decoding (read from the bytes by jvm/direct's JsonBytes) gives Spark's
+    own `from_json` result for every kind of input: well-formed messages, values that do not
+    fit, truncated or malformed JSON, bytes that are not UTF-8 (an encoded surrogate, an
+    overlong form, a lone continuation byte), a byte order mark, leading spaces, NUL bytes, an
+    empty value, arrays, and a message whose known schema part is cut off."""
+    from pyspark.sql import functions as F
+
+    from cdc.decoding.spark_decode import from_json
+
+    ddl = "STRUCT<payload: STRUCT<op: STRING, n: BIGINT, d: DOUBLE, s: STRING, a: ARRAY<STRING>, " \
+          "m: MAP<STRING, STRING>, x: STRUCT<y: DECIMAL(10,2)>>>"
+    head = '{"schema":{"type":"struct","name":"é"}'
+    values = [
+        b'{"payload":{"op":"c","n":1,"d":1.5,"s":"\xc3\xa9\xe2\x9c\x93","a":["1","2"],"m":{"k":"v"},'
+        b'"x":{"y":12.345}}}',
+        (head + ',"payload":{"op":"u","n":9223372036854775807,"s":"\\u00e9\\ud83d\\ude00"}}').encode(),
+        (head + ',"payload":{"op":"u","n":"not a number"}}').encode(),
+        (head + ', "payload":{"op":"u","n":2}}').encode(),  # another spacing: read whole
+        (head[:-3] + ',"payload":{"op":"u"}}').encode(),  # not the known part
+        (head + ',"payload":{"op":"u","n":').encode(),  # cut short
+        b'{"payload":{"op":"c","s":"\xed\xa0\x80"}}',  # an encoded surrogate
+        b'{"payload":{"op":"c","s":"\xc0\xaf"}}',  # an overlong form
+        b'{"payload":{"op":"c","s":"\x80"}}',  # a lone continuation byte
+        b'{"payload":{"op":"c","s":"\xf4\x90\x80\x80"}}',  # past U+10FFFF
+        b'\xef\xbb\xbf{"payload":{"op":"c"}}',  # a byte order mark
+        b'  {"payload":{"op":"c"}}',
+        b'{\x00"payload":{"op":"c"}}',
+        b'{"payload":{"op":"c","s":"a\x00b"}}',
+        b'{"payload":{"op":"c","s":"tab\there"}}',
+        b'{"payload":{"op":"c"}} trailing',
+        b'[{"payload":{"op":"c"}}]',
+        b'{"payload":null}',
+        b'{}', b'', b'null', b'garbage', None,
+    ]
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "i INT, value BINARY")
+    options = {"maxStringLen": "20000000"}
+    got = df.select("i", from_json(F.col("value"), ddl, options, (head,)).alias("j")).orderBy("i").collect()
+    spark_payload = F.when(F.col("value").cast("string").startswith(head + ',"payload":'),
+                           F.from_json(F.expr(f"concat(X'7B', substr(value, {len(head.encode()) + 2}))")
+                                       .cast("string"), ddl, options)) \
+        .otherwise(F.from_json(F.col("value").cast("string"), ddl, options))
+    want = df.select("i", spark_payload.alias("j")).orderBy("i").collect()
+    assert got == want
+    assert got[1]["j"]["payload"]["n"] == 2 ** 63 - 1 and got[2]["j"]["payload"] is None
+    arrays = spark.createDataFrame([('["1","2"]',), ("[]",), ("[1, {}]",), ("x",), (None,)], "s STRING")
+    assert arrays.select(from_json(F.col("s"), "ARRAY<STRING>")).collect() == \
+        arrays.select(F.from_json(F.col("s"), "ARRAY<STRING>")).collect()
