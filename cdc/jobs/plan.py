@@ -12,11 +12,12 @@ from cdc.planning.merge import KEY_BUCKETS
 
 SMALL_BATCH_RECORDS = KEY_BUCKETS // 16  # up to this many records, a MERGE names its keys' buckets
 DIRECT_RECORDS = 50_000  # up to this many records, a batch may be written directly (by one task)
-# Up to this many records, a batch is also decoded by that task, with no query planned. One
-# core decodes ~7,000 records/s of 4.5 KB, a query on two ~19,000 after 1-2 s of planning:
-# alone, a bigger batch goes faster as a query; among many tables' batches, whose tasks
-# hold the cores anyway, the task was 5-8x faster than a query's decode step.
-BATCH_TASK_RECORDS = 16_384
+# Up to this many records, a batch is also decoded by that task, with no query planned. A
+# batch of 20,000 changes of 4.5 KB took the task 1.3-1.9 s on one core, and a query 1.7-2.1 s
+# on two (about 0.5 s of it planning); a much bigger batch goes faster as a query. Among many
+# tables' batches, whose tasks hold the cores anyway, the task was 5-8x faster than a query's
+# decode step.
+BATCH_TASK_RECORDS = 32_768
 
 
 @dataclass(frozen=True)
