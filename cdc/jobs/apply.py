@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import reduce
@@ -220,6 +221,9 @@ class TableApplier:
     direct_writes: bool = True  # a batch the plan allows is written without a MERGE (spark.direct_writes)
     direct_records: int = BATCH_TASK_RECORDS  # the most records of a batch decoded and written by one task
     direct_bytes: int = 0  # the most bytes of them it holds decoded (0: an eighth of the heap)
+    # The Kafka records of topics' ranges for the direct path's task to read itself
+    # (reading.kafka_records; None: it reads the query's batch).
+    kafka_records: Callable[[dict], KafkaRecords] | None = field(default=None, repr=False)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -274,7 +278,7 @@ class TableApplier:
         pool = size_pool(self.name, planned)
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         skip = committed if committed and self.skip_committed and self._may_hold_part(committed, batch_id) else {}
-        records = kafka or batch
+        records = kafka or self._own_read(batch_id) or batch
         if skip:
             seen = None
             for p, o in skip.items():
@@ -495,6 +499,22 @@ class TableApplier:
         if start is None:
             return None
         return sum(max(0, o - start.get(p, 0)) for p, o in end.items())
+
+    def _own_read(self, batch_id: int) -> KafkaRecords | None:
+        """This batch's records for the direct path's task to read itself, where the checkpoint's
+        offset log gives both where it starts (the batch before it's end) and where it ends, as a
+        shared query's tables are read (`KafkaRead`: 20,000 changes of 4.5 KB in 1.1-1.5 s a
+        batch, 1.3-1.9 s through the Kafka source). A first batch, whose start the log does not
+        give, reads through the query."""
+        if self.kafka_records is None or not batch_id or self.checkpoint is None:
+            return None
+        start, end = batch_end_offsets(self.checkpoint, batch_id - 1), self._planned_end(batch_id)
+        if start is None or not end:
+            return None
+        start = start.get(self.topic, {})
+        if any(o > end.get(p, o) for p, o in start.items()):  # offsets gone back: the source tells why
+            return None
+        return self.kafka_records({self.topic: (start, end)})
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:
         """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""

@@ -106,6 +106,7 @@ class Queries:
                   .options(**batch_sizing(reg.options, available_now, cap))
                   .options(**start))
         applier = self.applier(spark, reg, target, checkpoint, skip_committed, applier_type)
+        applier.kafka_records = partial(kafka_records, spark, settings)
         gate = self.gates[reg.name] = BatchGate(applier, self.slots, applier.planned_records)
         return _started(reader, reg.name, gate, checkpoint, available_now, reg.options.trigger_interval_s)
 

@@ -22,3 +22,23 @@ def test_a_batch_is_sized_from_the_offset_log_else_from_the_committed_offsets(tm
     assert applier.planned_records(0, {0: 10, 1: 5}) == 40 + 2  # the first batch: from the commits
     assert applier.planned_records(2, {}) is None  # not planned here
     assert applier.planned_records(0) is None  # the first batch, the commits not read: unknown
+
+
+def test_a_tables_own_batch_is_read_by_the_task_over_the_offset_logs_range(tmp_path):
+    """The direct path's task reads a batch of the table's own query itself over the range
+    the offset log gives (the batch before it's end to its own; a new partition from its
+    first record); a first batch, a batch the log does not hold, or offsets gone back read
+    through the query."""
+    reads = []
+    applier = TableApplier("s.t", "lake.s.t", "topic", (), ("id",), job="j", deletes_ref="lake.s.t_d",
+                           delete_horizon_hours=1, checkpoint=tmp_path,
+                           kafka_records=lambda ranges: reads.append(ranges) or ranges)
+    write_batch(tmp_path, 0, {"topic": {"0": 50, "1": 7}})
+    write_batch(tmp_path, 1, {"topic": {"0": 80, "1": 7, "2": 4}}, committed=False)
+    assert applier._own_read(1) == {"topic": ({0: 50, 1: 7}, {0: 80, 1: 7, 2: 4})}
+    assert applier._own_read(0) is None and applier._own_read(2) is None
+    write_batch(tmp_path, 2, {"topic": {"0": 60, "1": 7, "2": 4}}, committed=False)  # the topic made anew
+    assert applier._own_read(2) is None
+    assert reads == [{"topic": ({0: 50, 1: 7}, {0: 80, 1: 7, 2: 4})}]
+    assert TableApplier("s.t", "lake.s.t", "topic", (), ("id",), job="j", deletes_ref="lake.s.t_d",
+                        delete_horizon_hours=1, checkpoint=tmp_path)._own_read(1) is None  # no reader given
