@@ -133,13 +133,38 @@ def batch_schemas(batch: DataFrame, registry: SchemaRegistry) -> dict[int, str]:
 
 def as_envelopes(batch: DataFrame, keys: dict[int, str], values: dict[int, str]) -> DataFrame:
     """The batch with `key` and `value` as JSON envelopes (text), decoded by the writer
-    schemas given for each (id: text; a record of another id is NOT_AVRO), and the value's
-    writer schema id as VALUE_SCHEMA_ID; no Spark action."""
-    return (batch.withColumn(VALUE_SCHEMA_ID, schema_id("value")).withColumn("key", _as_envelope("key", keys))
-            .withColumn("value", _as_envelope("value", values)))
+    schemas given for each (id: text; a record of another id is NOT_AVRO), and the writer
+    schema ids of the value and the key as VALUE_SCHEMA_ID and KEY_SCHEMA_ID; no Spark action."""
+    return (batch.withColumns({VALUE_SCHEMA_ID: schema_id("value"), KEY_SCHEMA_ID: schema_id("key")})
+            .withColumn("key", _as_envelope("key", keys)).withColumn("value", _as_envelope("value", values)))
 
 
-VALUE_SCHEMA_ID = "value_schema_id"
+VALUE_SCHEMA_ID, KEY_SCHEMA_ID = "value_schema_id", "key_schema_id"
+UNSEEN = -2  # `judged_schema` of a record whose key or value has a writer schema not decoded before
+
+
+def judged_schema(decoded) -> SparkColumn:
+    """Over `as_envelopes`'s rows: the value's writer schema id, by which a batch decoded with
+    the schemas judged before tells a record of another (as a JSON record's fingerprint
+    does), or UNSEEN when the key's or the value's writer schema is not among `decoded` (ids;
+    null for a value not in the wire format, a tombstone's)."""
+    key, value, ids = F.col(KEY_SCHEMA_ID), F.col(VALUE_SCHEMA_ID), sorted(decoded)
+    return F.when((key.isNull() | key.isin(*ids)) & (value.isNull() | value.isin(*ids)), value).otherwise(F.lit(UNSEEN))
+
+
+def first_schemas(batch: DataFrame, registry: SchemaRegistry) -> tuple[dict[int, str], dict[int, str]]:
+    """The writer schemas (id: text) of the batch's first record with a value, its key's and
+    its value's, then its value's alone; empty when there is none or the registry lacks
+    one (a small Spark job reading one record)."""
+    first = (batch.where(schema_id("value").isNotNull())
+             .select(schema_id("key").alias("key"), schema_id("value").alias("value")).limit(1).collect())
+    if not first:
+        return {}, {}
+    ids = [first[0]["value"], *([first[0]["key"]] if first[0]["key"] is not None else [])]
+    schemas = {int(sid): registry.schema(int(sid)) for sid in ids}
+    if any(text is None for text in schemas.values()):
+        return {}, {}
+    return schemas, {int(first[0]["value"]): schemas[int(first[0]["value"])]}
 
 
 def value_schemas(batch: DataFrame, registry: SchemaRegistry) -> list[tuple[int, str]]:

@@ -303,9 +303,21 @@ class TableApplier:
                     return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
                 except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
                     pass
-        elif direct and self.avro_judged and self._direct_batch(spark, table, records, summary, committed, skip,
-                                                                planned, batch_id):  # Avro: writer schemas judged
-            return
+        else:  # Avro: a batch of the writer schemas judged before is decoded as JSON's is
+            if not self.avro_judged:  # this process's first batch: its first record's schemas judged
+                with self.timer.step("schema"):
+                    schemas, values = avro.first_schemas(batch, self.registry)
+                    if values:
+                        self.avro_schemas.update(schemas)
+                        self._evolve(spark, table, batch, values)
+            if self.avro_judged:
+                try:
+                    if direct and self._direct_batch(spark, table, records, summary, committed, skip, planned,
+                                                     batch_id):
+                        return
+                    return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
+                except UnseenSchema:
+                    pass
         with self.timer.step("schema"):
             refused = self._evolve(spark, table, batch)
         self._decode_and_apply(spark, table, batch, summary, committed, batch_id, refused)
@@ -314,12 +326,15 @@ class TableApplier:
                           batch_id: int, refused: dict | None) -> None:
         """Decode and apply the batch: with `refused` (what `_evolve` found), after its
         schemas were judged; with None, trusting that every schema of the batch was seen
-        before (`schemas`), which raises UnseenSchema, before anything is written, if not."""
+        before (`schemas`, an Avro topic's `avro_judged`), which raises UnseenSchema, before
+        anything is written, if not."""
+        known = refused if refused is not None else {k: v for k, v in self._judged().items() if v}
         if self.registry is None:
-            known = refused if refused is not None else {k: v for k, v in self.schemas.items() if v}
             envelopes = batch
+        elif refused is None:
+            envelopes = self._avro_envelopes(batch)
         else:
-            known, schemas = refused or {}, avro.batch_schemas(batch, self.registry)
+            schemas = avro.batch_schemas(batch, self.registry)
             envelopes = avro.as_envelopes(batch, schemas, {k: v for k, v in schemas.items() if k not in known})
             self.avro_schemas = dict(list({**self.avro_schemas, **schemas}.items())[-KEEP_SCHEMAS:])
         events = self._decoder(known, refused is None, "headers" in envelopes.columns)(envelopes)
@@ -333,18 +348,30 @@ class TableApplier:
             events.unpersist()
 
     def _decoder(self, refused: dict, trusted: bool, headers: bool):
-        """The decoding of a batch (spark_decode.decoder) for the refused schemas. `trusted`
-        (JSON): the schemas were not judged for this batch, so each record's schema
-        fingerprint is kept (UnseenSchema)."""
-        fingerprinted = self.registry is None and trusted
+        """The decoding of a batch (spark_decode.decoder) for the refused schemas. `trusted`:
+        the schemas were not judged for this batch, so each record's schema (its fingerprint,
+        or its Avro writer schema id: `avro.judged_schema`) is kept (UnseenSchema)."""
+        decoded = tuple(sorted(self.avro_schemas)) if self.registry is not None and trusted else ()
 
         def build():
             by = schema_fingerprint(self.heads) if self.registry is None else F.col(avro.VALUE_SCHEMA_ID)
-            return decoder(self.columns, self.key, self.source_kind, refusal(by, refused),
-                           schema_fingerprint(self.heads) if fingerprinted else None, self.masked, headers,
-                           self.heads if self.registry is None else None, self.max_record_bytes)
-        return self._plan(("decode", tuple(sorted(refused.items())), fingerprinted, headers, tuple(self.heads)),
+            schema = (None if not trusted else schema_fingerprint(self.heads) if self.registry is None
+                      else avro.judged_schema(decoded))
+            return decoder(self.columns, self.key, self.source_kind, refusal(by, refused), schema, self.masked,
+                           headers, self.heads if self.registry is None else None, self.max_record_bytes)
+        return self._plan(("decode", tuple(sorted(refused.items())), trusted, headers, tuple(self.heads), decoded),
                           build)
+
+    def _judged(self) -> dict[int, str | None]:
+        """The record schemas judged for the target (JSON's fingerprints, or an Avro topic's
+        value writer schema ids), with why it refuses one, or None."""
+        return self.schemas if self.registry is None else self.avro_judged
+
+    def _avro_envelopes(self, batch: DataFrame) -> DataFrame:
+        """An Avro batch as JSON envelopes (`avro.as_envelopes`) by the writer schemas this process
+        decoded, values of the judged ones the target takes; a record of another is NOT_AVRO."""
+        takeable = {k: v for k, v in self.avro_schemas.items() if k in self.avro_judged and not self.avro_judged[k]}
+        return avro.as_envelopes(batch, self.avro_schemas, takeable)
 
     def _plan(self, found: tuple, build):
         """What `build` makes (a batch's Spark expressions, built once: each costs calls into
@@ -377,10 +404,11 @@ class TableApplier:
         column that lived only between two batches keeps its values. A schema naming a
         column the target cannot take (one differing only by case from another, the
         reserved prefix) is refused: returned (its schema part, or its writer schema id),
-        with why, and its records become dead letters. `heads` (JSON): the schema parts to
-        judge, by fingerprint, instead of the batch's."""
+        with why, and its records become dead letters. `heads`: the schemas to judge instead of
+        the batch's, JSON's schema parts by fingerprint or Avro's value writer schemas by id."""
         if self.registry is not None:
-            found = [(sid, avro.row_fields(text)) for sid, text in avro.value_schemas(batch, self.registry)]
+            values = list(heads.items()) if heads is not None else avro.value_schemas(batch, self.registry)
+            found = [(sid, avro.row_fields(text)) for sid, text in values]
         else:
             heads = list(heads.items()) if heads is not None else value_schemas(batch, self.heads)
             self._learn_heads(dict(heads))
@@ -529,7 +557,7 @@ class TableApplier:
         bucketing = self._bucketing(table)
         with self.timer.step("decode"):
             stats = [partition_stats(row) for row in self._stats(events, bucketing, toast).collect()]
-        if "_schema" in events.columns and {f for s in stats for f in s.schemas} - self.schemas.keys():
+        if "_schema" in events.columns and {f for s in stats for f in s.schemas} - self._judged().keys():
             raise UnseenSchema(self.name)
         events = events.drop("_schema")
         refusal = table.direct_refusal(self.key, tuple(c.name for c in self.columns)) if self.direct_writes \
@@ -637,7 +665,7 @@ class TableApplier:
         with self.timer.step("direct"):
             written = write_batch(spark, decoder, records, self.target_ref, self.deletes_ref, self.key,
                                   tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT), skip,
-                                  set(self.schemas), bool(toast), self.direct_records, self.direct_bytes)
+                                  set(self._judged()), bool(toast), self.direct_records, self.direct_bytes)
         return self._direct_written(spark, table, written, found, summary, committed, batch_id)
 
     def joins_others(self) -> bool:
@@ -672,7 +700,7 @@ class TableApplier:
         toast = tuple(c.name for c in toastable(self.columns, self.key))
         jvm = direct_part(spark, decoding[0], self.target_ref, self.deletes_ref, self.topic, self.key,
                           tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT), first, end,
-                          set(self.schemas), bool(toast), self.direct_records)
+                          set(self._judged()), bool(toast), self.direct_records)
         return DirectPart(self, spark, table, summary, committed, decoding[1], jvm, batch_id)
 
     def direct_done(self, part: DirectPart, written) -> bool:
@@ -694,7 +722,7 @@ class TableApplier:
         if (not self.direct_writes or self.mode != "upsert" or self.held or not table.has_direct_path
                 or (planned or 0) > self.direct_records):
             return None
-        known = {k: v for k, v in (self.schemas if self.registry is None else self.avro_judged).items() if v}
+        known = {k: v for k, v in self._judged().items() if v}
         headers = "headers" in raw_schema.fieldNames()
         found = ("direct", tuple(sorted(known.items())), headers, tuple(self.heads), raw_schema.json(),
                  tuple(sorted(self.avro_schemas)), tuple(sorted(self.avro_judged)))
@@ -756,9 +784,8 @@ class TableApplier:
         """The table's decoding of the Kafka source's rows of `raw_schema` with the columns of the
         stats `_direct_batch` reads, kept for its batches (sinks/direct.py's `decoding`)."""
         template = spark.createDataFrame(spark.sparkContext.emptyRDD(), raw_schema)
-        if self.registry is not None:  # Avro: by the writer schemas judged; a record of another is bad (a query)
-            takeable = {k: v for k, v in self.avro_schemas.items() if k in self.avro_judged and not self.avro_judged[k]}
-            template = avro.as_envelopes(template, self.avro_schemas, takeable)
+        if self.registry is not None:  # Avro: by the writer schemas judged; a record of another is a query's
+            template = self._avro_envelopes(template)
         events = mask_columns(self._decoder(refused, True, headers)(template), self.masked, self.mask_key)
         toast = toastable(self.columns, self.key)
         lacking = reduce(lambda a, b: a | b, [F.col(f"_unavailable_{i}") for i in range(len(toast))], F.lit(False))
