@@ -510,11 +510,18 @@ class TableApplier:
         end of the batch before it in the checkpoint's offset log); unknown (a first batch, no
         log): yes. Only then: the filter's offsets would make new generated code, compiled and
         then optimized by the JVM, at every batch."""
-        start = batch_end_offsets(self.checkpoint, batch_id - 1) if self.checkpoint is not None and batch_id else None
+        start = self._planned_start(batch_id)
         if start is None:
             return True
         start = start.get(self.topic, {})
         return any(o > start.get(p, 0) for p, o in committed.items())
+
+    def _planned_start(self, batch_id: int) -> dict | None:
+        """Where this batch starts, the end offsets (by topic and partition) of the batch before
+        it in the checkpoint's offset log; None for a first batch or without a log."""
+        if self.checkpoint is None or not batch_id:
+            return None
+        return batch_end_offsets(self.checkpoint, batch_id - 1)
 
     def planned_records(self, batch_id: int, committed: dict[int, int] | None = None) -> int | None:
         """The records this batch was planned with, from the checkpoint's offset log (where
@@ -522,8 +529,7 @@ class TableApplier:
         end = self._planned_end(batch_id)
         if not end:
             return None
-        start = (batch_end_offsets(self.checkpoint, batch_id - 1) or {}).get(self.topic) if batch_id else None
-        start = start or committed
+        start = (self._planned_start(batch_id) or {}).get(self.topic) or committed
         if start is None:
             return None
         return sum(max(0, o - start.get(p, 0)) for p, o in end.items())
@@ -534,9 +540,9 @@ class TableApplier:
         shared query's tables are read (`KafkaRead`: 20,000 changes of 4.5 KB in 1.1-1.5 s a
         batch, 1.3-1.9 s through the Kafka source). A first batch, whose start the log does not
         give, reads through the query."""
-        if self.kafka_records is None or not batch_id or self.checkpoint is None:
+        if self.kafka_records is None:
             return None
-        start, end = batch_end_offsets(self.checkpoint, batch_id - 1), self._planned_end(batch_id)
+        start, end = self._planned_start(batch_id), self._planned_end(batch_id)
         if start is None or not end:
             return None
         start = start.get(self.topic, {})
