@@ -22,6 +22,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from cdc.config.clients import HttpClient, http_client
+from cdc.decoding import avro_direct
+from cdc.decoding.spark_decode import AVRO_KEY, AVRO_VALUE
 from cdc.errors import ConfigError, DecodeError, DependencyError
 
 HEADER_BYTES = 5
@@ -112,18 +114,35 @@ def batch_schema_ids(batch: DataFrame) -> set[int]:
     return {int(r["id"]) for r in rows}
 
 
-def _as_envelope(col: str, schemas: dict[int, str]) -> SparkColumn:
-    """`{"payload": <the record as JSON>}`, null for a null record, NOT_AVRO for a record
-    that cannot be decoded."""
+def _records(col: str, schemas: dict[int, str]) -> dict[str, SparkColumn]:
+    """A column for each writer schema of `col`, its records' structs (`from_avro`, null for
+    a record of another schema): each decoded once however many fields are read of it."""
     ids, payload = schema_id(col), F.expr(f"substring({col}, {HEADER_BYTES + 1})")
+    return {f"_avro_{col}_{sid}": F.when(ids == F.lit(sid), from_avro(payload, text, {"mode": "PERMISSIVE"}))
+            for sid, text in schemas.items()}
+
+
+def _as_envelope(col: str, schemas: dict[int, str], built: str | None = None) -> SparkColumn:
+    """`{"payload": <the record as JSON>}`, null for a null record, NOT_AVRO for a record
+    that cannot be decoded; "{}" where the column `built` holds the record built already."""
     decoded = F.lit(None).cast("string")
-    for sid, text in schemas.items():
-        record = from_avro(payload, text, {"mode": "PERMISSIVE"})
-        decoded = F.when(ids == F.lit(sid), F.to_json(record)).otherwise(decoded)
+    for name in _records(col, schemas):
+        decoded = F.when(F.col(name).isNotNull(), F.to_json(F.col(name))).otherwise(decoded)
     # A body that does not fit its schema decodes (PERMISSIVE) to null or to a record of nulls.
-    return (F.when(F.col(col).isNull(), F.lit(None).cast("string"))
-            .when(decoded.isNotNull() & (decoded != F.lit("{}")), F.concat(F.lit('{"payload":'), decoded, F.lit("}")))
-            .otherwise(F.lit(NOT_AVRO)))
+    envelope = (F.when(F.col(col).isNull(), F.lit(None).cast("string"))
+                .when(decoded.isNotNull() & (decoded != F.lit("{}")), F.concat(F.lit('{"payload":'), decoded, F.lit("}")))
+                .otherwise(F.lit(NOT_AVRO)))
+    return envelope if built is None else F.when(F.col(built).isNotNull(), F.lit("{}")).otherwise(envelope)
+
+
+def _built(col: str, schemas: dict[int, str], build, ddl: str) -> SparkColumn:
+    """The records of `col` built straight from their structs (`build(schema)`, avro_direct.py)
+    where their writer schema allows, else null."""
+    out = F.lit(None).cast(ddl)
+    for (sid, text), name in zip(schemas.items(), _records(col, schemas)):
+        if (make := build(json.loads(text))) is not None:
+            out = F.when(F.col(name).isNotNull(), make(F.col(name))).otherwise(out)
+    return out
 
 
 def batch_schemas(batch: DataFrame, registry: SchemaRegistry) -> dict[int, str]:
@@ -131,12 +150,22 @@ def batch_schemas(batch: DataFrame, registry: SchemaRegistry) -> dict[int, str]:
     return {sid: text for sid in sorted(batch_schema_ids(batch)) if (text := registry.schema(sid)) is not None}
 
 
-def as_envelopes(batch: DataFrame, keys: dict[int, str], values: dict[int, str]) -> DataFrame:
+def as_envelopes(batch: DataFrame, keys: dict[int, str], values: dict[int, str],
+                 shape: avro_direct.Shape | None = None) -> DataFrame:
     """The batch with `key` and `value` as JSON envelopes (text), decoded by the writer
     schemas given for each (id: text; a record of another id is NOT_AVRO), and the writer
-    schema ids of the value and the key as VALUE_SCHEMA_ID and KEY_SCHEMA_ID; no Spark action."""
-    return (batch.withColumns({VALUE_SCHEMA_ID: schema_id("value"), KEY_SCHEMA_ID: schema_id("key")})
-            .withColumn("key", _as_envelope("key", keys)).withColumn("value", _as_envelope("value", values)))
+    schema ids of the value and the key as VALUE_SCHEMA_ID and KEY_SCHEMA_ID; with the
+    decoded `shape`, also the key and payload built from the records' structs (AVRO_KEY,
+    AVRO_VALUE: `spark_decode.decoder(built=True)`); no Spark action."""
+    records = {**_records("key", keys), **_records("value", values)}
+    out = batch.withColumns({VALUE_SCHEMA_ID: schema_id("value"), KEY_SCHEMA_ID: schema_id("key"), **records})
+    if shape is not None:
+        out = out.withColumns({
+            AVRO_KEY: _built("key", keys, lambda s: avro_direct.key(s, shape), shape.key_ddl),
+            AVRO_VALUE: _built("value", values, lambda s: avro_direct.payload(s, shape), shape.payload_ddl)})
+    built = (AVRO_KEY, AVRO_VALUE) if shape is not None else (None, None)
+    return out.withColumns({"key": _as_envelope("key", keys, built[0]),
+                            "value": _as_envelope("value", values, built[1])}).drop(*records)
 
 
 VALUE_SCHEMA_ID, KEY_SCHEMA_ID = "value_schema_id", "key_schema_id"

@@ -52,6 +52,9 @@ SCHEMA_HEAD = r'(?s)^(\{\s*"schema"\s*:.*?)\s*,\s*"payload"\s*:'
 
 
 JSON_BYTES = "cdc.direct.JsonBytes"
+# An Avro batch's key and payload built from the records' structs (avro_direct.py), beside the
+# JSON envelopes: null where a record goes through its envelope.
+AVRO_KEY, AVRO_VALUE = "_avro_key", "_avro_value"
 
 
 def from_json(column: SparkColumn, ddl: str, options: dict[str, str] | None = None,
@@ -197,14 +200,15 @@ def decode(raw: DataFrame, columns: tuple[Column, ...], key: tuple[str, ...], ki
            refused: SparkColumn | None = None, schema: SparkColumn | None = None,
            masked: tuple[str, ...] = ()) -> DataFrame:
     """`raw` decoded (see `decoder`)."""
-    return decoder(columns, key, kind, refused, schema, masked, "headers" in raw.columns)(raw)
+    return decoder(columns, key, kind, refused, schema, masked, "headers" in raw.columns,
+                   built=AVRO_VALUE in raw.columns)(raw)
 
 
 def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "postgresql",
             refused: SparkColumn | None = None, schema: SparkColumn | None = None,
             masked: tuple[str, ...] = (), headers: bool = True,
             heads: dict[int, str] | None = None,
-            max_value_bytes: int = MAX_VALUE_BYTES) -> Callable[[DataFrame], DataFrame]:
+            max_value_bytes: int = MAX_VALUE_BYTES, built: bool = False) -> Callable[[DataFrame], DataFrame]:
     """The decoding of the Kafka source's rows (with their `headers` column or without), its
     expressions built once: a job keeps it between batches, and each batch then costs a few
     calls into the JVM instead of a thousand. `refused`: over the raw rows, why a record's
@@ -215,14 +219,17 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     the connector made it. `heads`: schema parts the records are likely to start with
     (`payload`). `max_value_bytes`: `kafka.max_record_bytes`, what the longest string of a
     value may be (a longer value that does not parse may hold a longer one: a bad record,
-    `record-too-large`)."""
+    `record-too-large`). `built`: the rows carry AVRO_KEY and AVRO_VALUE, taken where not null
+    (their envelopes are then not parsed)."""
     kept = [schema.alias("_schema")] if schema is not None else []
     key_cols = tuple(c for c in columns if c.name in key)
     by_name = {c.name: c for c in columns}
     text = masked_as_text(columns, masked)
+    parsed_key = from_json(F.col("key"), key_schema(key_cols)).getField("payload")
+    parsed_value = payload(payload_schema(columns, text), heads, max_value_bytes)
     envelope = [
-        from_json(F.col("key"), key_schema(key_cols)).getField("payload").alias("_k"),
-        payload(payload_schema(columns, text), heads, max_value_bytes).alias("_v"),
+        (F.coalesce(F.col(AVRO_KEY), parsed_key) if built else parsed_key).alias("_k"),
+        (F.coalesce(F.col(AVRO_VALUE), parsed_value) if built else parsed_value).alias("_v"),
         F.col("value").isNull().alias("_null_value"), F.col("value"), F.octet_length("value").alias("_value_bytes"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),

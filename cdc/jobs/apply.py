@@ -19,9 +19,10 @@ from cdc.control import commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
+from cdc.decoding.avro_direct import Shape
 from cdc.decoding.envelope import row_fields
-from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, refusal, schema_fingerprint, schema_heads,
-                                      value_schemas)
+from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, masked_as_text, refusal, schema_fingerprint,
+                                      schema_heads, value_schemas)
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
 from cdc.jobs.plan import BATCH_TASK_RECORDS, BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
@@ -335,7 +336,8 @@ class TableApplier:
             envelopes = self._avro_envelopes(batch)
         else:
             schemas = avro.batch_schemas(batch, self.registry)
-            envelopes = avro.as_envelopes(batch, schemas, {k: v for k, v in schemas.items() if k not in known})
+            envelopes = avro.as_envelopes(batch, schemas, {k: v for k, v in schemas.items() if k not in known},
+                                          self._shape())
             self.avro_schemas = dict(list({**self.avro_schemas, **schemas}.items())[-KEEP_SCHEMAS:])
         events = self._decoder(known, refused is None, "headers" in envelopes.columns)(envelopes)
         if self.held:
@@ -358,7 +360,8 @@ class TableApplier:
             schema = (None if not trusted else schema_fingerprint(self.heads) if self.registry is None
                       else avro.judged_schema(decoded))
             return decoder(self.columns, self.key, self.source_kind, refusal(by, refused), schema, self.masked,
-                           headers, self.heads if self.registry is None else None, self.max_record_bytes)
+                           headers, self.heads if self.registry is None else None, self.max_record_bytes,
+                           built=self.registry is not None)
         return self._plan(("decode", tuple(sorted(refused.items())), trusted, headers, tuple(self.heads), decoded),
                           build)
 
@@ -371,7 +374,11 @@ class TableApplier:
         """An Avro batch as JSON envelopes (`avro.as_envelopes`) by the writer schemas this process
         decoded, values of the judged ones the target takes; a record of another is NOT_AVRO."""
         takeable = {k: v for k, v in self.avro_schemas.items() if k in self.avro_judged and not self.avro_judged[k]}
-        return avro.as_envelopes(batch, self.avro_schemas, takeable)
+        return avro.as_envelopes(batch, self.avro_schemas, takeable, self._shape())
+
+    def _shape(self) -> Shape:
+        """What the decoding reads of a record (an Avro record's struct is built into it)."""
+        return Shape(self.columns, self.key, masked_as_text(self.columns, self.masked))
 
     def _plan(self, found: tuple, build):
         """What `build` makes (a batch's Spark expressions, built once: each costs calls into
