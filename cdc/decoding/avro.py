@@ -3,9 +3,11 @@ bytes (big-endian), then the Avro binary encoding.
 
 In Spark, each record is decoded with its own writer schema (`from_avro`, once per
 schema id in the batch, each fetched once from the registry's Confluent-compatible API)
-and turned into the JSON envelope `spark_decode` reads, so both formats share one set of
-rules. A record that is not in this format, or whose schema the registry does not know,
-becomes a text that is no envelope: it goes to the dead letters like any bad record.
+and given to `spark_decode` as the payload and key it parses from JSON: built from the
+struct where the writer schema allows (avro_direct.py), else as the JSON envelope's text,
+so both formats share one set of rules. A record that is not in this format, or whose
+schema the registry does not know, becomes a text that is no envelope: it goes to the dead
+letters like any bad record.
 """
 from __future__ import annotations
 
