@@ -5,8 +5,9 @@ without the JSON envelope's text in between.
 that text and parsing it again are half of the decoding. For a writer schema whose every
 field the target reads comes in the Avro type the JSON reader would give it (or an int into
 a BIGINT), the payload and the key are built from the struct itself, the same values in the
-same types; a writer schema with any other (bytes, a logical type, a union, a narrower
-type) keeps the JSON envelope, as does a record whose struct did not decode.
+same types (bytes as their base64 text, as the JSON converter writes them); a writer schema
+with any other (a logical type, a union, a narrower type) keeps the JSON envelope, as does
+a record whose struct did not decode.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from cdc.decoding.spark_decode import key_schema, payload_schema
 from cdc.sources.types import ARRAY_ELEMENTS, Column
 
 _PRIMITIVE = {"int": "INT", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE", "boolean": "BOOLEAN",
-              "string": "STRING"}
+              "string": "STRING", "bytes": "BINARY", "fixed": "BINARY"}
+# A field of the first type read into a column of the second: the same value either way.
+_WIDER = {("INT", "BIGINT"), ("BINARY", "STRING")}
 # The payload's source and transaction fields spark_decode reads, with their types there.
 _SOURCE = {"lsn": "BIGINT", "sequence": "STRING", "ts_ms": "BIGINT", "txId": "BIGINT", "file": "STRING",
            "pos": "BIGINT", "row": "INT"}
@@ -63,7 +66,7 @@ def _non_null(t):
 
 def spark_type(t) -> str | None:
     """The Spark type `from_avro` gives an Avro type, where it is one the JSON reader gives
-    the same value in (None: bytes, fixed, a logical type, a record, a union of several)."""
+    the same value in (None: a logical type, a record, a union of several)."""
     t = _non_null(t)
     if isinstance(t, str):
         return _PRIMITIVE.get(t)
@@ -75,22 +78,27 @@ def spark_type(t) -> str | None:
     return "STRING" if t.get("type") == "enum" else _PRIMITIVE.get(t.get("type"))
 
 
+def _types(avro_fields: list[dict]) -> dict[str, str | None]:
+    return {f.get("name"): spark_type(f.get("type")) for f in avro_fields}
+
+
 def _takeable(avro_fields: list[dict], wanted: dict[str, str]) -> bool:
-    """Whether each `wanted` field (name: Spark type) the record has comes in that type (or an
-    int for a BIGINT)."""
-    for f in avro_fields:
-        if f.get("name") in wanted:
-            found, wire = spark_type(f.get("type")), wanted[f.get("name")]
-            if found != wire and (found, wire) != ("INT", "BIGINT"):
-                return False
-    return True
+    """Whether each `wanted` field (name: Spark type) the record has comes in that type (or
+    one `_WIDER` than it)."""
+    found = _types(avro_fields)
+    return all(found[name] == wire or (found[name], wire) in _WIDER for name, wire in wanted.items() if name in found)
 
 
 def _fields(record: SparkColumn, avro_fields: list[dict], wanted: dict[str, str]) -> list[SparkColumn]:
     """The `wanted` fields of an Avro record's struct in their types, one the record lacks null."""
-    names = {f.get("name") for f in avro_fields}
-    return [(record.getField(name).cast(wire) if name in names else F.lit(None).cast(wire)).alias(name)
-            for name, wire in wanted.items()]
+    found = _types(avro_fields)
+
+    def field(name: str, wire: str) -> SparkColumn:
+        if name not in found:
+            return F.lit(None).cast(wire)
+        value = record.getField(name)
+        return F.base64(value) if (found[name], wire) == ("BINARY", "STRING") else value.cast(wire)
+    return [field(name, wire).alias(name) for name, wire in wanted.items()]
 
 
 def _record(t) -> dict | None:

@@ -1,6 +1,6 @@
 """An Avro record's struct built straight into the decoded key and payload gives the rows
 its JSON envelope gives, value for value, bad records included; a writer schema with a
-field the JSON reader would read otherwise keeps the envelope."""
+field the JSON reader would read otherwise (a double into a FLOAT) keeps the envelope."""
 from __future__ import annotations
 
 import io
@@ -51,7 +51,9 @@ def envelope(fields: list[dict]) -> dict:
 
 KEY = {"type": "record", "name": "Key", "namespace": "it.s.t", "fields": [{"name": "id", "type": "int"}]}
 SCHEMAS = {1: KEY, 2: envelope(ROW_FIELDS),
-           3: envelope(ROW_FIELDS + [{"name": "b", "type": ["null", "bytes"], "default": None}])}
+           3: envelope(ROW_FIELDS + [{"name": "b", "type": ["null", "bytes"], "default": None}]),
+           4: envelope([f if f["name"] != "f" else {"name": "f", "type": ["null", "double"], "default": None}
+                        for f in ROW_FIELDS])}
 COLUMNS = (Column("id", "int", nullable=False), Column("big", "long"), Column("small", "long"), Column("f", "float"),
            Column("d", "double"), Column("flag", "boolean"), Column("v", "string"),
            Column("tags", "array", element="string"), Column("mood", "string"), Column("day", "date"),
@@ -85,13 +87,14 @@ def test_an_avro_records_struct_decodes_as_its_json_envelope(spark):
         (framed(1, {"id": 2}), change("r", None, row(2, f=1.1, d=0.1, n="0.0004"), 30)),  # too many digits
         (framed(1, {"id": 2}), change("d", row(2), None, 40, transaction={"id": "7:40", "total_order": 3,
                                                                      "data_collection_order": 2})),
-        (framed(1, {"id": 3}), change("c", None, {**row(3), "b": b"\x00\x01"}, 50, schema_id=3)),
+        (framed(1, {"id": 3}), change("c", None, {**row(3), "b": bytes(range(256)) * 3}, 50, schema_id=3)),
         (framed(1, {"id": 2}), None),  # a tombstone
         (framed(1, {"id": 4}), b"\x00" + struct.pack(">I", 2) + b"\xff" * 7),  # a body not of its schema
         (framed(1, {"id": 4}), b"\x00" + struct.pack(">I", 9) + b"\x02"),  # a schema not given
         (b"\x00" + struct.pack(">I", 1) + b"\xff", change("c", None, row(5), 60)),  # a key not of its schema
         (framed(1, {"id": 6}), change("c", None, row(7), 70)),  # the key and the row disagree
         (framed(1, {"id": 8}), change("x", None, row(8), 80)),  # an unknown op
+        (framed(1, {"id": 9}), change("c", None, row(9, f=0.1), 90, schema_id=4)),  # read through its envelope
     ]
     raw = spark.createDataFrame([(k, v, "t", 0, i) for i, (k, v) in enumerate(records)], KAFKA)
     texts = {sid: json.dumps(s) for sid, s in SCHEMAS.items()}
@@ -99,14 +102,15 @@ def test_an_avro_records_struct_decodes_as_its_json_envelope(spark):
     shape = Shape(COLUMNS, ("id",))
     built = as_envelopes(raw, texts, values, shape)
     assert sorted(r["_offset"] for r in built.where(F.col(AVRO_VALUE).isNotNull()).select(
-        F.col("offset").alias("_offset")).collect()) == [0, 1, 2, 3, 8, 9, 10]  # not the bytes' schema, nor bad ones
+        F.col("offset").alias("_offset")).collect()) == [0, 1, 2, 3, 4, 8, 9, 10]  # no bad ones, nor schema 4
     assert built.where(F.col(AVRO_KEY).isNull() & F.col("key").isNotNull()).select("offset").collect() == [(8,)]
     through_json = decode(as_envelopes(raw, texts, values), COLUMNS, ("id",)).orderBy("_offset").collect()
     direct = decode(built, COLUMNS, ("id",)).orderBy("_offset").collect()
     assert [repr(r) for r in direct] == [repr(r) for r in through_json]
     errors = [r["_error_class"] for r in direct]
     assert errors == [None, None, "value-does-not-fit", None, None, None, "not-an-envelope", "not-an-envelope",
-                      "missing-key", "key-mismatch", "unknown-op"], errors
+                      "missing-key", "key-mismatch", "unknown-op", None], errors
     first = direct[0]
     assert (first["big"], first["small"], first["v"], first["tags"], first["mood"], first["_txid"]) == (
         2 ** 63 - 1, -2 ** 31, full["v"], ["a", None, ""], "sad", 7)
+    assert bytes(direct[4]["b"]) == bytes(range(256)) * 3 and direct[11]["f"] == float.fromhex("0x1.99999ap-4")
