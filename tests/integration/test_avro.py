@@ -162,9 +162,9 @@ def test_the_cut_of_an_avro_source_reads_its_avro_transaction_topic(aenv, capsys
 
 
 def test_batches_of_writer_schemas_the_job_judged_are_written_by_one_task(aenv, capsys):
-    """Once a job has judged and decoded a table's writer schemas (its first batch, through a
-    query), its later batches of those schemas alone are decoded and written by the direct
-    path's one task, as JSON ones are; every type still equals the source."""
+    """Once a job has judged a table's writer schemas (its first batch's first record's), its
+    batches of those schemas alone, the first among them, are decoded and written by the
+    direct path's one task, as JSON ones are; every type still equals the source."""
     s = aenv.schema
     aenv.register_table("all_types", options={"max_offsets_per_trigger": 3})  # several batches in one run
     try:
