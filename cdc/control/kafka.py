@@ -76,6 +76,25 @@ def existing_topics(kafka: Brokers, timeout_s: float = 15) -> set[str]:
     return set(w.metadata(w.admin(), timeout_s=timeout_s).topics)
 
 
+# What a partition answers while its leader is elected (a topic just created, a broker
+# restarting): asked again, for a while, rather than taken for a broker that is down.
+ELECTING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def watermark(consumer, partition, timeout_s: float = 15, clock=time.monotonic, sleep=time.sleep) -> tuple[int, int]:
+    """(earliest, end) offset of one partition (a TopicPartition), asked again in waits of
+    0.1 s, 0.2 s ... up to `timeout_s` while its leader is being elected."""
+    deadline, wait = clock() + timeout_s, 0.1
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=timeout_s)
+        except KafkaException as e:
+            if e.args[0].code() not in ELECTING or clock() + wait > deadline:
+                raise
+            sleep(wait)
+            wait = min(wait * 2, 2.0)
+
+
 def watermarks(kafka: Brokers, topic: str) -> dict[int, tuple[int, int]]:
     """(earliest, end) offset per partition of `topic`."""
     from confluent_kafka import Consumer, TopicPartition
@@ -86,7 +105,7 @@ def watermarks(kafka: Brokers, topic: str) -> dict[int, tuple[int, int]]:
         meta = w.metadata(consumer, topic).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in meta.partitions}
+        return {p: watermark(consumer, TopicPartition(topic, p)) for p in meta.partitions}
     except KafkaException as e:
         raise w.failure(e) from None
     finally:
