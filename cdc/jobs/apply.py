@@ -296,29 +296,19 @@ class TableApplier:
                 # a scan of the whole batch for its schemas (one holding another is judged whole).
                 with self.timer.step("schema"):
                     self._evolve(spark, table, batch, dict(list(self.heads.items())[-1:]))
-            if self.schemas:
-                try:
-                    if direct and self._direct_batch(spark, table, records, summary, committed, skip, planned,
-                                                     batch_id):
-                        return
-                    return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
-                except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
-                    pass
-        else:  # Avro: a batch of the writer schemas judged before is decoded as JSON's is
-            if not self.avro_judged:  # this process's first batch: its first record's schemas judged
-                with self.timer.step("schema"):
-                    schemas, values = avro.first_schemas(batch, self.registry)
-                    if values:
-                        self.avro_schemas.update(schemas)
-                        self._evolve(spark, table, batch, values)
-            if self.avro_judged:
-                try:
-                    if direct and self._direct_batch(spark, table, records, summary, committed, skip, planned,
-                                                     batch_id):
-                        return
-                    return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
-                except UnseenSchema:
-                    pass
+        elif not self.avro_judged:  # Avro, this process's first batch: its first record's writer schemas judged
+            with self.timer.step("schema"):
+                schemas, values = avro.first_schemas(batch, self.registry)
+                if values:
+                    self.avro_schemas.update(schemas)
+                    self._evolve(spark, table, batch, values)
+        if self._judged():  # a batch of the schemas judged before is decoded trusting them
+            try:
+                if direct and self._direct_batch(spark, table, records, summary, committed, skip, planned, batch_id):
+                    return
+                return self._decode_and_apply(spark, table, batch, summary, committed, batch_id, None)
+            except UnseenSchema:  # raised before anything is written: judge the schemas, decode again
+                pass
         with self.timer.step("schema"):
             refused = self._evolve(spark, table, batch)
         self._decode_and_apply(spark, table, batch, summary, committed, batch_id, refused)

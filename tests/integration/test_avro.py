@@ -161,23 +161,29 @@ def test_the_cut_of_an_avro_source_reads_its_avro_transaction_topic(aenv, capsys
     assert {r["id"]: r["balance"] for r in at[names[1]]}[2] == 140
 
 
+def _applied_in_batches(env, capsys, marker, records: int) -> list[str]:
+    """all_types replicated up to `marker` in batches of at most `records` records, in one run:
+    the lines its batches logged."""
+    env.register_table("all_types", options={"max_offsets_per_trigger": records})
+    try:
+        capsys.readouterr()
+        env.replicate("all_types", marker)
+        return [line for line in capsys.readouterr().err.splitlines() if " applied in " in line]
+    finally:
+        env.register_table("all_types")
+
+
 def test_batches_of_writer_schemas_the_job_judged_are_written_by_one_task(aenv, capsys):
     """Once a job has judged a table's writer schemas (its first batch's first record's), its
     batches of those schemas alone, the first among them, are decoded and written by the
     direct path's one task, as JSON ones are; every type still equals the source."""
     s = aenv.schema
-    aenv.register_table("all_types", options={"max_offsets_per_trigger": 3})  # several batches in one run
-    try:
-        marker = None
-        for i in range(9):
-            marker = aenv.transaction(f'UPDATE "{s}".all_types SET name = \'batch {i}\', amount = {i}.5 '
-                                      f'WHERE id = {100 + i % 5}')
-        aenv.transaction(f'DELETE FROM "{s}".all_types WHERE id = 104')
-        capsys.readouterr()
-        aenv.replicate("all_types", marker)
-        applied = [line for line in capsys.readouterr().err.splitlines() if " applied in " in line]
-    finally:
-        aenv.register_table("all_types")
+    marker = None
+    for i in range(9):
+        marker = aenv.transaction(f'UPDATE "{s}".all_types SET name = \'batch {i}\', amount = {i}.5 '
+                                  f'WHERE id = {100 + i % 5}')
+    aenv.transaction(f'DELETE FROM "{s}".all_types WHERE id = 104')
+    applied = _applied_in_batches(aenv, capsys, marker, 3)  # several batches in one run
     assert len(applied) >= 3, applied
     assert "schema" in applied[0], applied  # the first: its first record's writer schemas judged
     direct = [line for line in applied if "direct" in line and "direct refused" not in line and "decode" not in line]
@@ -216,13 +222,7 @@ def test_a_writer_schema_first_seen_in_a_later_batch_is_judged_not_a_dead_letter
         producer.produce(topic, key=twin[0], value=twin[1])
     producer.flush(30)
     marker = aenv.transaction(f'UPDATE "{s}".all_types SET name = \'after twins\' WHERE id = 7')
-    aenv.register_table("all_types", options={"max_offsets_per_trigger": 1})  # a batch a record
-    try:
-        capsys.readouterr()
-        aenv.replicate("all_types", marker)
-        applied = [line for line in capsys.readouterr().err.splitlines() if " applied in " in line]
-    finally:
-        aenv.register_table("all_types")
+    applied = _applied_in_batches(aenv, capsys, marker, 1)  # a batch a record
     assert len(applied) >= 3, applied
     assert aenv.assert_equal("all_types", float32=FLOAT32) >= 31
     dead = aenv.catalog.load_table(f"{s}.all_types__cdc_dead_letters").scan().to_arrow().to_pylist()
