@@ -81,18 +81,26 @@ def existing_topics(kafka: Brokers, timeout_s: float = 15) -> set[str]:
 ELECTING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 
 
-def watermark(consumer, partition, timeout_s: float = 15, clock=time.monotonic, sleep=time.sleep) -> tuple[int, int]:
-    """(earliest, end) offset of one partition (a TopicPartition), asked again in waits of
-    0.1 s, 0.2 s ... up to `timeout_s` while its leader is being elected."""
+def while_electing(ask, timeout_s: float = 15, clock=time.monotonic, sleep=time.sleep):
+    """`ask()`'s answer, asked again in waits of 0.1 s, 0.2 s ... up to `timeout_s` while
+    it raises a KafkaException of a partition whose leader is being elected."""
     deadline, wait = clock() + timeout_s, 0.1
     while True:
         try:
-            return consumer.get_watermark_offsets(partition, timeout=timeout_s)
+            return ask()
         except KafkaException as e:
             if e.args[0].code() not in ELECTING or clock() + wait > deadline:
                 raise
             sleep(wait)
             wait = min(wait * 2, 2.0)
+
+
+def checked(partitions: list) -> list:
+    """`partitions` (TopicPartitions a request answered), or the first one's error raised."""
+    for tp in partitions:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return partitions
 
 
 def watermarks(kafka: Brokers, topic: str) -> dict[int, tuple[int, int]]:
@@ -105,7 +113,8 @@ def watermarks(kafka: Brokers, topic: str) -> dict[int, tuple[int, int]]:
         meta = w.metadata(consumer, topic).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
-        return {p: watermark(consumer, TopicPartition(topic, p)) for p in meta.partitions}
+        return {p: while_electing(lambda tp=TopicPartition(topic, p): consumer.get_watermark_offsets(tp, timeout=15))
+                for p in meta.partitions}
     except KafkaException as e:
         raise w.failure(e) from None
     finally:
@@ -125,14 +134,18 @@ def end_offsets(kafka: Brokers, topics: list[str]) -> dict[str, dict[int, int]]:
               if t in meta and meta[t].error is None for p in meta[t].partitions]
     if not wanted:
         return {}
-    out: dict[str, dict[int, int]] = {}
-    try:
+
+    def ask() -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
         for tp, found in client.list_offsets({tp: OffsetSpec.latest() for tp in wanted},
                                              request_timeout=15).items():
             out.setdefault(tp.topic, {})[tp.partition] = found.result().offset
+        return out
+
+    try:
+        return while_electing(ask)
     except KafkaException as e:
         raise w.failure(e) from None
-    return out
 
 
 def offsets_at(kafka: Brokers, topic: str, ms: int) -> dict[int, int | None]:
@@ -146,7 +159,8 @@ def offsets_at(kafka: Brokers, topic: str, ms: int) -> dict[int, int | None]:
         meta = w.metadata(consumer, topic).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
-        found = consumer.offsets_for_times([TopicPartition(topic, p, ms) for p in meta.partitions], timeout=15)
+        found = while_electing(lambda: checked(consumer.offsets_for_times(
+            [TopicPartition(topic, p, ms) for p in meta.partitions], timeout=15)))
         return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in found}
     except KafkaException as e:
         raise w.failure(e) from None

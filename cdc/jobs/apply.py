@@ -366,6 +366,10 @@ class TableApplier:
         takeable = {k: v for k, v in self.avro_schemas.items() if k in self.avro_judged and not self.avro_judged[k]}
         return avro.as_envelopes(batch, self.avro_schemas, takeable, self._shape())
 
+    def _toast(self) -> tuple[str, ...]:
+        """The columns whose unchanged values Debezium may send as a placeholder (TOAST)."""
+        return tuple(c.name for c in toastable(self.columns, self.key))
+
     def _shape(self) -> Shape:
         """What the decoding reads of a record (an Avro record's struct is built into it)."""
         return Shape(self.columns, self.key, masked_as_text(self.columns, self.masked))
@@ -556,7 +560,7 @@ class TableApplier:
     def _apply(self, spark, table, batch: DataFrame, events: DataFrame, summary: dict | None,
                committed: dict[int, int], planned_end: dict[int, int], batch_id: int) -> None:
         """The batch's stats, its plan (jobs/plan.py), then the plan's steps in order."""
-        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        toast = self._toast()
         bucketing = self._bucketing(table)
         with self.timer.step("decode"):
             stats = [partition_stats(row) for row in self._stats(events, bucketing, toast).collect()]
@@ -664,7 +668,7 @@ class TableApplier:
         if decoding is None:
             return False
         decoder, found = decoding
-        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        toast = self._toast()
         with self.timer.step("direct"):
             written = write_batch(spark, decoder, records, self.target_ref, self.deletes_ref, self.key,
                                   tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT), skip,
@@ -700,7 +704,7 @@ class TableApplier:
         skip = committed if self.skip_committed else {}
         first = {p: max(o, skip.get(p, o)) for p, o in start.items()} | \
             {p: o for p, o in skip.items() if p not in start}
-        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        toast = self._toast()
         jvm = direct_part(spark, decoding[0], self.target_ref, self.deletes_ref, self.topic, self.key,
                           tuple(c.name for c in self.columns), table.properties().get(TRUNCATED_AT), first, end,
                           set(self._judged()), bool(toast), self.direct_records)
@@ -750,7 +754,7 @@ class TableApplier:
         stats = [PartitionStats(s["partition"], s["first"], s["last"], s["records"], s["position"], s["source_ts_ms"],
                                 s["errors"], s["deletes"], schemas=frozenset(s["schemas"]),
                                 transaction=transaction_of(s.get("transaction"))) for s in written.stats()]
-        toast = tuple(c.name for c in toastable(self.columns, self.key))
+        toast = self._toast()
         target = Target(self.topic, self.topic_id, self.job, self.mode, toast, None, committed, summary,
                         self.schemas, None)
         plan = plan_batch(stats, target, batch_id, self._planned_end(batch_id))
@@ -790,8 +794,8 @@ class TableApplier:
         if self.registry is not None:  # Avro: by the writer schemas judged; a record of another is a query's
             template = self._avro_envelopes(template)
         events = mask_columns(self._decoder(refused, True, headers)(template), self.masked, self.mask_key)
-        toast = toastable(self.columns, self.key)
-        lacking = reduce(lambda a, b: a | b, [F.col(f"_unavailable_{i}") for i in range(len(toast))], F.lit(False))
+        lacking = reduce(lambda a, b: a | b, [F.col(f"_unavailable_{i}") for i in range(len(self._toast()))],
+                         F.lit(False))
         events = events.withColumns({
             "_bad": F.col("_error").isNotNull(), "_ms": F.unix_millis("_source_ts"),
             "_lacking": F.coalesce(F.col("_op").isin("c", "u", "r") & lacking, F.lit(False)),
