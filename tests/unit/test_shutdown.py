@@ -13,6 +13,7 @@ from cdc.cli import main as cli
 from cdc.errors import ApplyError, Interrupted
 from cdc.jobs import shutdown
 from cdc.jobs.slots import BatchGate, BatchSlots
+from cdc.sinks import session
 from tests.unit.test_supervisor import Clock
 
 
@@ -34,8 +35,12 @@ def test_a_signal_outside_a_graceful_block_interrupts_the_command(monkeypatch, c
         time.sleep(5)
         raise AssertionError("not interrupted")
 
+    stopped = []
     monkeypatch.setattr(cli, "_doctor", doctor)
+    # the Spark of this process (a test session's, when other tests made one) is the real job's to stop
+    monkeypatch.setattr(session, "stop_spark", lambda: stopped.append(True))
     assert cli.main(["doctor"]) == 143
+    assert stopped == [True]  # Spark is stopped before the process exits
     err = capsys.readouterr().err
     assert err.endswith(" WARNING cdc doctor: interrupted by SIGTERM; what it committed is kept (run it again to "
                         "finish)\n") and err.count("\n") == 1
