@@ -7,19 +7,21 @@ second to import, so it is imported only when `lineage` is on."""
 from __future__ import annotations
 
 import datetime as dt
+import queue
 import threading
 import uuid
 
 from pyiceberg.exceptions import NoSuchTableError
 
 from cdc.config.models import Settings, TableRegistration
+from cdc.control import jobstate
 from cdc.log import log
 from cdc.planning.protect import PROP_MASK_KEY
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.targets import table_columns
 
-ENDED_WAIT_S = 30.0  # how long the end of a run waits for its START events to be sent
+ENDED_WAIT_S = 30.0  # how long the end of a run waits for its events to be sent
 
 
 def _recorded(settings: Settings, catalog, reg: TableRegistration) -> tuple[dict, str] | None:
@@ -94,14 +96,39 @@ def send_registered(settings: Settings, tables: list[TableRegistration]) -> None
 
 
 class RunLineage:
-    """The apply jobs' runs of one `cdc run`: a START per table as it begins (made and sent on
-    a thread of its own), then COMPLETE, or FAIL with the table's error."""
+    """The apply jobs' runs of one `cdc run`: a START per table as it begins, then COMPLETE,
+    or FAIL with the table's error. A continuous job ends a table's run with FAIL when it
+    gives the table up, and starts a new one (START) when the table runs again, as it does
+    for a table registered while it runs; a table no longer registered ends its run
+    (COMPLETE). Events are made and sent in order on a thread of their own (a daemon: a
+    lineage server that never answers holds no process back)."""
 
     def __init__(self, settings: Settings, tables: list[TableRegistration], read=flows):
         self.settings, self.tables, self.read = settings, tables, read  # read: the tables' flows (`flows`)
         self.flows: dict = {}
-        self.runs: dict[str, str] = {}
-        self._starting: threading.Thread | None = None
+        self.runs: dict[str, str] = {}  # each table's run id, the last one started
+        self.open: set[str] = set()  # the tables whose run has started and not ended
+        self._tasks: queue.Queue | None = None  # what the lineage thread does, in order
+
+    def _later(self, task) -> None:
+        """`task` run on the lineage thread, after those given before it."""
+        if self._tasks is None:
+            self._tasks = queue.Queue()
+            threading.Thread(target=self._work, daemon=True, name="cdc-lineage").start()
+        self._tasks.put(task)
+
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            try:
+                task()
+            except Exception as e:  # noqa: BLE001 - lineage never stops replication
+                from cdc.lineage.emit import first_line
+
+                log(f"lineage: an event could not be made: {first_line(e)}", level="warning",
+                    event="lineage-not-sent")
+            finally:
+                self._tasks.task_done()
 
     def started(self) -> None:
         if not self.settings.lineage.on:
@@ -110,18 +137,62 @@ class RunLineage:
         def start() -> None:
             self.flows = self.read(self.settings, self.tables)
             self.runs = {name: new_run_id() for name in self.flows}
+            self.open = set(self.flows)
             self._send({name: ("START", None) for name in self.flows})
 
-        self._starting = threading.Thread(target=start, daemon=True, name="cdc-lineage")
-        self._starting.start()
+        self._later(start)
+
+    def record(self, table: str, state: str, error: str | None = None,
+               reg: TableRegistration | None = None) -> None:
+        """Table `table`'s job state, as the job records it (control/jobstate.py): `failed`
+        ends its run with FAIL and `error`; `running` after that (or for a table the run did
+        not start with, `reg`) starts a new run, its flow read again."""
+        if not self.settings.lineage.on or state not in (jobstate.FAILED, jobstate.RUNNING):
+            return
+
+        def send() -> None:
+            if state == jobstate.FAILED:
+                if table in self.open:
+                    self.open.discard(table)
+                    self._send({table: ("FAIL", error or "failed")})
+                return
+            if table in self.open or reg is None:
+                return
+            flow = self.read(self.settings, [reg]).get(table)
+            if flow is not None:
+                self.flows[table], self.runs[table] = flow, new_run_id()
+                self.open.add(table)
+                self._send({table: ("START", None)})
+
+        self._later(send)
+
+    def removed(self, table: str) -> None:
+        """Table `table` is no longer registered: its run ends (COMPLETE)."""
+        if not self.settings.lineage.on:
+            return
+
+        def end() -> None:
+            if table in self.open:
+                self.open.discard(table)
+                self._send({table: ("COMPLETE", None)})
+
+        self._later(end)
 
     def ended(self, failed: dict[str, str]) -> None:
-        """`failed`: the tables that failed, with their error."""
-        if self._starting is not None:
-            self._starting.join(ENDED_WAIT_S)
-            if self._starting.is_alive():  # still waiting on the catalog or the server: no end without a start
-                return
-        self._send({name: ("FAIL", failed[name]) if name in failed else ("COMPLETE", None) for name in self.flows})
+        """`failed`: the tables that failed, with their error. The runs still open end; the
+        events before it are waited for up to ENDED_WAIT_S (no end without its start)."""
+        if self._tasks is None:
+            return
+        done = threading.Event()
+
+        def end() -> None:
+            self._send({name: ("FAIL", failed[name]) if name in failed else ("COMPLETE", None)
+                        for name in sorted(self.open)})
+            self.open.clear()
+            done.set()
+
+        self._later(end)
+        done.wait(ENDED_WAIT_S)  # still waiting on the catalog or the server after it: the rest is dropped
 
     def _send(self, states: dict[str, tuple[str, str | None]]) -> None:
         if not states:

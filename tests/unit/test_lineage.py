@@ -182,6 +182,45 @@ def test_a_run_starts_each_table_and_ends_it_completed_or_failed_with_its_error(
     assert sent[-1]["run"]["facets"]["errorMessage"]["message"] == "target gone"
 
 
+def test_a_table_given_up_sends_fail_at_once_and_a_new_start_when_it_runs_again(tmp_path):
+    from cdc.config.models import TableRegistration
+    from cdc.control import jobstate
+    from cdc.register.lineage import RunLineage
+
+    settings = Settings(root=tmp_path, lineage={"transport": "file", "file": "events.ndjson"})
+    new = TableRegistration(name="shop.n", source={"schema": "shop", "table": "n"})
+    runs = RunLineage(settings, [], read=lambda settings, tables: {
+        n: flow(table=n) for n in ({"shop.a", "shop.b"} if not tables else {t.name for t in tables})})
+    path = tmp_path / "events.ndjson"
+
+    def sent() -> list[tuple[str, str, str]]:
+        done = threading.Event()
+        runs._later(done.set)
+        done.wait(10)
+        return [(e["job"]["name"], e["eventType"], e["run"]["runId"])
+                for e in map(json.loads, path.read_text().splitlines())]
+
+    runs.started()
+    sent()
+    first_b = runs.runs["shop.b"]
+    runs.record("shop.b", jobstate.RUNNING)  # its run goes on: nothing sent
+    runs.record("shop.b", jobstate.FAILED, "target gone")  # given up, the job going on
+    assert sent()[-1] == ("apply.shop.b", "FAIL", first_b)
+    assert json.loads(path.read_text().splitlines()[-1])["run"]["facets"]["errorMessage"]["message"] == \
+        "target gone"
+    runs.record("shop.b", jobstate.FAILED, "target gone")  # failed again before running: one FAIL
+    runs.record("shop.b", jobstate.RUNNING, reg=new.model_copy(update={"name": "shop.b"}))  # taken back
+    runs.record("shop.n", jobstate.RUNNING, reg=new)  # registered while the job runs
+    runs.removed("shop.a")  # registration gone
+    runs.ended({})
+    got = sent()
+    second_b = runs.runs["shop.b"]
+    assert second_b != first_b
+    assert got[3:] == [("apply.shop.b", "START", second_b), ("apply.shop.n", "START", runs.runs["shop.n"]),
+                       ("apply.shop.a", "COMPLETE", runs.runs["shop.a"]),
+                       ("apply.shop.b", "COMPLETE", second_b), ("apply.shop.n", "COMPLETE", runs.runs["shop.n"])]
+
+
 def test_lineage_off_reads_nothing_and_a_lineage_secret_left_unset_stops_no_command(tmp_path, monkeypatch,
                                                                                     capsys):
     from cdc.config.loader import load_settings
