@@ -68,7 +68,16 @@ def _register(args) -> int:
     settings = load_settings(args.config)
     if args.dry_run:
         print("dry run: nothing is changed")
-    register(settings, load_tables(settings, args.table), wait_snapshot=not args.no_wait, dry_run=args.dry_run)
+    bad: list = []
+    tables = load_tables(settings, args.table, invalid=bad)
+    for b in bad:  # one bad file is its table's problem: the others are registered
+        log(f"its registration does not load, so it is not registered: {b.error}", table=b.name, level="error",
+            event="registration-invalid")
+    if tables:
+        register(settings, tables, wait_snapshot=not args.no_wait, dry_run=args.dry_run)
+    if bad:  # the others are registered: exit as bad configuration does
+        raise ConfigError(f"table(s) {', '.join(b.name for b in bad)} not registered: their registration does not "
+                          f"load", hint="; ".join(str(b.error).splitlines()[0] for b in bad))
     return 0
 
 

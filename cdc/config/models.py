@@ -23,6 +23,16 @@ def check_identifier(value: str, what: str) -> str:
     return value
 
 
+def check_key_column(name: str) -> str:
+    """A key column is named in the connector's `message.key.columns` and in SQL: a plain
+    identifier, whether a registration's `key:` gives it or `cdc tables add` writes it."""
+    try:
+        return check_identifier(name, "key column")
+    except ValueError as e:
+        raise ValueError(f"{e}: rename the column at the source, or key the table by other columns "
+                         f"(`key:`, `cdc tables add --key COL[,COL...]`)") from None
+
+
 HOST_NAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
 HTTP_URL = re.compile(r"^https?://[^/\s?#]+(/\S*)?$")
 MEMORY = re.compile(r"^[0-9]+[kmgtKMGT]?$")  # a JVM memory size: 512m, 2g
@@ -909,7 +919,8 @@ class TableRegistration(Frozen):
     key: tuple[str, ...] | None = Field(
         None,
         description="The key columns whose changes are applied per key. Unset: the source's primary key; a table "
-                    "without one needs its key named here. Key columns cannot be excluded or masked.")
+                    "without one needs its key named here. Key columns are plain identifiers and NOT NULL at the source "
+                    "(`register` refuses a column that allows NULL), and cannot be excluded or masked.")
     target: str | None = Field(
         None,
         description="The target table, `<namespace>.<table>` in the Iceberg catalog or under `delta.root`. Unset: "
@@ -964,7 +975,7 @@ class TableRegistration(Frozen):
             if not v:
                 raise ValueError("key must name at least one column, or be omitted")
             for col in v:
-                check_identifier(col, "key column")
+                check_key_column(col)
         return v
 
     @field_validator("exclude", "mask")

@@ -28,7 +28,7 @@ from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import open_table, shown_name, target_refs
 from cdc.sinks.session import get_session
 from cdc.sinks.targets import PROP_CAPTURE_REMOVED, PROP_SNAPSHOT
-from cdc.sources import module_of, password
+from cdc.sources import check_key_not_null, module_of, password
 from cdc.waiting import poll_until
 
 
@@ -52,6 +52,7 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         kind = module_of(settings, reg.source.name)
         with kind.connect(settings, reg.source.name) as conn:
             described.append((reg, kind.describe_table(conn, reg)))
+        check_key_not_null(kind, reg, described[-1][1])
         check_connector_masks(settings, reg, described[-1][1].columns)
     check_shared_keys(settings, described)
     would = [ensure_target(settings, catalog, reg, src, dry_run=True) for reg, src in described]  # checks only
@@ -85,6 +86,12 @@ def register(settings: Settings, selected: list[TableRegistration], wait_snapsho
         warn_topics(settings, source, tables, new)
     if not dry_run:
         send_registered(settings, selected)  # OpenLineage events, when cdc.yaml's `lineage` is on
+
+
+def loadable(settings: Settings) -> list[TableRegistration]:
+    """Every registration that loads: one that does not is its own table's problem, which
+    `cdc register` reports, never the others' (`loader.load_tables`)."""
+    return load_tables(settings, invalid=[])
 
 
 def warn_topics(settings: Settings, source: str, tables: list[TableRegistration], new: set[str]) -> None:
@@ -140,7 +147,7 @@ def check_targets_unique(settings: Settings, selected: list[TableRegistration]) 
     """No two registrations name the same target: refused before anything changes."""
     chosen = {t.name for t in selected}
     owners: dict[tuple[str, str], TableRegistration] = {}
-    for t in load_tables(settings):
+    for t in loadable(settings):
         other = owners.setdefault((t.sink, t.target), t)
         if other is not t and chosen & {t.name, other.name}:
             raise ConfigError(f"registrations {other.name} ({other.file}) and {t.name} ({t.file}) both name "
@@ -153,7 +160,7 @@ def check_shared_keys(settings: Settings, described: list[tuple[TableRegistratio
     its topic, which Debezium keys one way: they must key it by the same columns. Refused
     before anything changes, naming both."""
     keys = {reg.name: tuple(src.key) for reg, src in described}
-    registered = load_tables(settings)
+    registered = loadable(settings)
     for reg, _ in described:
         table = (reg.source.name, reg.source.schema_, reg.source.table)
         for other in registered:
@@ -179,7 +186,7 @@ def captured(settings: Settings, client: ConnectClient, source: str,
     config = client.config(connector_name(source)) or {}
     before = set(config.get("table.include.list", "").split(","))
     chosen = {t.name for t in selected}
-    return [t for t in load_tables(settings) if t.source.name == source
+    return [t for t in loadable(settings) if t.source.name == source
             and (t.name in chosen or f"{t.source.schema_}.{t.source.table}" in before)]
 
 
@@ -330,12 +337,12 @@ def source_connector_config(settings: Settings, source: str, tables: list[TableR
 def with_others(settings: Settings, source: str, config: dict, previous: dict | None) -> dict:
     """`config` keeping what the connector captures that no registration here names
     (connector.keeping_others), said in a line."""
-    ours = {f"{t.source.schema_}.{t.source.table}" for t in load_tables(settings) if t.source.name == source}
+    ours = {f"{t.source.schema_}.{t.source.table}" for t in loadable(settings) if t.source.name == source}
     config, others = keeping_others(config, previous, ours, settings.sources[source].signal_table)
     if others:
         print(f"connector {connector_name(source)}: keeps capturing {', '.join(others)}, which no registration "
               f"under {settings.tables_dir} names (another deployment's sharing this connector, or a registration "
-              f"file deleted by hand: `cdc tables remove` takes a table out of capture)")
+              f"file deleted by hand or that does not load: `cdc tables remove` takes a table out of capture)")
     return config
 
 

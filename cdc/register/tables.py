@@ -13,7 +13,7 @@ from cdc.config.loader import describe, load_tables, resolve_source
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import jobstate
 from cdc.errors import ConfigError
-from cdc.sources import module_of
+from cdc.sources import check_key_not_null, module_of
 
 
 def add(settings: Settings, schema: str, table: str, source: str | None = None, name: str | None = None,
@@ -36,8 +36,14 @@ def add(settings: Settings, schema: str, table: str, source: str | None = None, 
     kind = module_of(settings, reg.source.name)
     with kind.connect(settings, reg.source.name) as conn:
         src = kind.describe_table(conn, reg)
+    written = {**body, "key": list(src.key)}
+    try:  # what the loader and `cdc register` take, by the same checks: never a file they refuse
+        TableRegistration(**written)
+    except ValidationError as e:
+        raise ConfigError(describe(e, path) + "; the registration is not written") from None
+    check_key_not_null(kind, reg, src)
     tables_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(header(reg, src) + yaml.safe_dump({**body, "key": list(src.key)}, sort_keys=False))
+    path.write_text(header(reg, src) + yaml.safe_dump(written, sort_keys=False))
     return path
 
 

@@ -8,7 +8,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
 from cdc.report import checks as d
 from cdc.report.checks import Check
-from cdc.sources import mariadb
+from cdc.sources import check_key_not_null, mariadb
 
 
 def _rows(conn: pymysql.Connection, sql: str, params=()) -> list[tuple]:
@@ -50,6 +50,7 @@ def table_checks(conn: pymysql.Connection, settings: Settings, source: str, reg:
     if checks[1].ok:
         try:
             described = mariadb.describe_table(conn, reg)
+            check_key_not_null(mariadb, reg, described)  # `register` refuses it too
         except ConfigError as e:
             checks.append(d.columns_check(where, e))
         else:

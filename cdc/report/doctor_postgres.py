@@ -8,7 +8,7 @@ from cdc.config.models import Settings, TableRegistration
 from cdc.errors import ConfigError
 from cdc.report import checks as d
 from cdc.report.checks import Check
-from cdc.sources import postgres
+from cdc.sources import check_key_not_null, postgres
 from cdc.sources.postgres import publication_name, slot_name
 
 
@@ -79,6 +79,7 @@ def table_checks(conn: psycopg.Connection, settings: Settings, source: str, reg:
 def columns(conn: psycopg.Connection, reg: TableRegistration, where: str) -> Check:
     try:
         described = postgres.describe_table(conn, reg)
+        check_key_not_null(postgres, reg, described)  # `register` refuses it too
     except ConfigError as e:
         return d.columns_check(where, e)
     return d.columns_check(where, None, len(described.columns))

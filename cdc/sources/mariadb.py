@@ -83,8 +83,15 @@ def describe_table(conn: pymysql.Connection, reg: TableRegistration) -> SourceTa
         if not key:
             raise no_key(schema, table, reg)
     check_columns(columns, where, reg.sink, reg.exclude, str(reg.file or "its registration"))
+    nullable_key = tuple(k for k in key if any(c.name == k and c.nullable for c in columns))
     columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
-    return SourceTable(columns, key)
+    return SourceTable(columns, key, nullable_key=nullable_key)
+
+
+def not_null_sql(reg: TableRegistration, column: Column) -> str:
+    """The statement that declares a column of the registered table NOT NULL (its type as
+    the source gives it; its character set, collation and default stay to add by hand)."""
+    return f"ALTER TABLE {qualified(reg)} MODIFY {ident(column.name)} {column.source_type} NOT NULL"
 
 
 # The server settings Debezium needs: a row-based binary log with full row images.

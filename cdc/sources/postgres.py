@@ -43,6 +43,7 @@ class SourceTable:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
     partitions: int | None = None  # a partitioned table's partitions (PostgreSQL): captured through it
+    nullable_key: tuple[str, ...] = ()  # key columns the source allows NULL in (`sources.check_key_not_null`)
 
 
 RELATION_KINDS = {"v": "a view", "m": "a materialized view", "f": "a foreign table", "S": "a sequence",
@@ -147,8 +148,14 @@ def describe_table(conn: psycopg.Connection, reg: TableRegistration) -> SourceTa
             raise no_key(schema, table, reg)
     # Key columns are never null in the target.
     check_columns(columns, where, reg.sink, reg.exclude, str(reg.file or "its registration"))
+    nullable_key = tuple(k for k in key if any(c.name == k and c.nullable for c in columns))
     columns = tuple(replace(c, nullable=c.nullable and c.name not in key) for c in columns)
-    return SourceTable(columns, key, partitions=int(leaves) if relkind == "p" else None)
+    return SourceTable(columns, key, partitions=int(leaves) if relkind == "p" else None, nullable_key=nullable_key)
+
+
+def not_null_sql(reg: TableRegistration, column: Column) -> str:
+    """The statement that declares a column of the registered table NOT NULL."""
+    return f"ALTER TABLE {qualified(reg)} ALTER COLUMN {ident(column.name)} SET NOT NULL"
 
 
 def ensure_publication(conn: psycopg.Connection, settings: Settings, source: str, dry_run: bool = False) -> str | None:

@@ -205,3 +205,87 @@ def test_a_column_that_lived_between_two_runs_keeps_its_values(it_env):
     env.replicate("brief", env.transaction(f'UPDATE "{s}".brief SET v = v + 100 WHERE id = 2'))
     rows = {r["id"]: (r["v"], r["extra"]) for r in env.target_records("brief")}
     assert rows == {1: (11, "kept 1"), 2: (112, None)}  # the source's v, and extra as its events said
+
+
+def test_tables_add_refuses_a_key_column_register_would_refuse(it_env, capsys):
+    """A primary key column whose name `register` refuses as a key column: `tables add`
+    refuses it too, naming it and what to do, and writes nothing."""
+    env, s = it_env, it_env.schema
+    env.sql(f'CREATE TABLE "{s}".odd_key ("k\'1" int PRIMARY KEY, v text)')
+    capsys.readouterr()
+    assert env.cdc("tables", "add", f"{s}.odd_key") == 2
+    err = capsys.readouterr().err
+    assert "key column \"k'1\" is not a plain identifier" in err, err
+    assert "rename the column at the source, or key the table by other columns" in err, err
+    assert not (env.settings.path(env.settings.tables_dir) / f"{s}.odd_key.yaml").exists()
+
+
+def test_register_goes_on_past_a_registration_that_does_not_load(stack, settings, it_env, tmp_path, capsys):
+    """`register` of every table with one file that does not load: the others are registered
+    and replicate, the bad file is named with its error, and the exit is 2 (configuration)."""
+    from tests.conftest import _cleanup, postgres_env
+
+    env = postgres_env(stack, settings, tmp_path, it_env.source + "r")
+    s = env.schema
+    try:
+        for t in ("good_a", "good_b"):
+            env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, v text)')
+            env.sql(f'INSERT INTO "{s}".{t} VALUES (1, \'{t}\'), (2, \'two\')')
+            assert env.cdc("tables", "add", f"{s}.{t}") == 0
+        bad = env.settings.path(env.settings.tables_dir) / f"{s}.bad.yaml"
+        bad.write_text(yaml.safe_dump({"name": f"{s}.bad", "source": {"schema": s, "table": "good_a"},
+                                       "target": f"{s}.bad", "key": ["k'1"]}))
+        capsys.readouterr()
+        assert env.cdc("register") == 2
+        err = capsys.readouterr().err
+        assert f"table(s) {s}.bad not registered: their registration does not load" in err, err
+        assert f"{bad}: key: key column \"k'1\" is not a plain identifier" in err, err
+        assert env.catalog.table_exists(f"{s}.good_a") and env.catalog.table_exists(f"{s}.good_b")
+        assert not env.catalog.table_exists(f"{s}.bad")
+        env.replicate(("good_a", "good_b"), env.transaction(f'UPDATE "{s}".good_b SET v = \'changed\' WHERE id = 2'))
+        assert env.assert_equal("good_a") == 2 and env.assert_equal("good_b") == 2
+    finally:
+        _cleanup(env)
+
+
+def test_a_key_column_that_allows_null_is_refused_before_capture(it_env, capsys):
+    """`--key` on columns that allow NULL: a row with a NULL in its key could not be applied,
+    so `tables add` and `register` refuse, naming the columns and the remedy; once the
+    columns are NOT NULL, the table registers and replicates."""
+    env, s = it_env, it_env.schema
+    tables = env.settings.path(env.settings.tables_dir)
+    env.sql(f'CREATE TABLE "{s}".nk (a int, b text, v text)')
+    env.sql(f'ALTER TABLE "{s}".nk REPLICA IDENTITY FULL')
+    env.sql(f'INSERT INTO "{s}".nk VALUES (1, \'x\', \'one\'), (2, \'y\', \'two\')')
+    hint = (f'ALTER TABLE "{s}"."nk" ALTER COLUMN "a" SET NOT NULL; '
+            f'ALTER TABLE "{s}"."nk" ALTER COLUMN "b" SET NOT NULL')
+    capsys.readouterr()
+    assert env.cdc("tables", "add", f"{s}.nk", "--key", "a,b") == 2
+    err = capsys.readouterr().err
+    assert f"{s}.nk (registration {s}.nk): key columns a, b allow NULL" in err and hint in err, err
+    assert not (tables / f"{s}.nk.yaml").exists()
+    env.register_table("nk", key=["a", "b"])  # written by hand: `register` refuses it the same way
+    try:
+        for args in (("--dry-run",), ()):
+            capsys.readouterr()
+            assert env.cdc("register", *args, "--table", f"{s}.nk") == 2
+            err = capsys.readouterr().err
+            assert "key columns a, b allow NULL" in err and hint in err, err
+        assert not env.catalog.table_exists(f"{s}.nk")
+        capsys.readouterr()
+        env.cdc("doctor", "--source", env.source)  # the preflight says it too
+        out = capsys.readouterr().out
+        assert f"FAIL  [{env.source} {s}.nk] columns: {s}.nk (registration {s}.nk): key columns a, b allow NULL" \
+            in out and hint in out, out
+    finally:
+        (tables / f"{s}.nk.yaml").unlink()
+    env.sql(f'ALTER TABLE "{s}".nk ALTER COLUMN a SET NOT NULL')
+    capsys.readouterr()
+    assert env.cdc("tables", "add", f"{s}.nk", "--key", "a,b") == 2  # b still allows NULL
+    err = capsys.readouterr().err
+    assert "key column b allows NULL" in err and f'ALTER TABLE "{s}"."nk" ALTER COLUMN "b" SET NOT NULL' in err, err
+    env.sql(f'ALTER TABLE "{s}".nk ALTER COLUMN b SET NOT NULL')
+    assert env.cdc("tables", "add", f"{s}.nk", "--key", "a,b") == 0
+    assert env.cdc("register", "--table", f"{s}.nk") == 0
+    env.replicate("nk", env.transaction(f'UPDATE "{s}".nk SET v = \'changed\' WHERE a = 2'))
+    assert env.assert_equal("nk", key=("a", "b")) == 2

@@ -154,6 +154,7 @@ def test_one_source_table_registered_twice_fills_both_targets(it_env, capsys):
     assert config["message.key.columns"].split(";").count(f"{s}.twin:id") == 1  # tables add wrote key: [id]
     assert not client.not_running(connector)
     env.sql(f'ALTER TABLE "{s}".twin REPLICA IDENTITY FULL')  # so a key v is published: refused for its topic
+    env.sql(f'ALTER TABLE "{s}".twin ALTER COLUMN v SET NOT NULL')  # (a key column that allows NULL is refused)
     odd = env.register_table("twin", key=["v"], name=f"{s}.twin3")
     try:
         capsys.readouterr()
