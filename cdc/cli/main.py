@@ -156,7 +156,7 @@ def _run(args) -> int:
 
             serve(args.metrics_port)
             print(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
-        run(settings, tables, available_now=args.available_now, cut=keep_advancing)
+        run(settings, tables, available_now=args.available_now, cut=keep_advancing, selection=args.table)
     if bad:  # the others ran: exit as a failed table does
         raise CdcError(f"table(s) {', '.join(b.name for b in bad)} not run: their registration does not load",
                        hint="; ".join(str(b.error).splitlines()[0] for b in bad))
@@ -389,7 +389,11 @@ def parser() -> argparse.ArgumentParser:
     cr.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source with "
                                                      "registered tables)")
 
-    rn = command(sub, "run", "replicate registered tables from Kafka into Iceberg", _run)
+    rn = command(sub, "run", "replicate registered tables from Kafka into Iceberg", _run,
+                 more="; without --available-now it follows the registrations --table selects (default: all): a "
+                      "table registered while it runs is started once `cdc register` has made its target and topic, "
+                      "one whose registration is removed is stopped, one whose registration changes is started "
+                      "again with it, without a restart")
     rn.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     rn.add_argument("--available-now", action="store_true",
                     help="process what is in Kafka now, commit, and exit")
@@ -400,8 +404,9 @@ def parser() -> argparse.ArgumentParser:
     ss.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     ss.add_argument("--json", action="store_true", help="print JSON")
     ss.add_argument("--check", action="store_true",
-                    help="exit 3 when a source does not capture or a table's job has failed or died, else 1 when "
-                         "a table is over --max-lag or --max-age, else 0")
+                    help="exit 3 when a source does not capture or a table's job has failed or died (or no "
+                         "running job takes it: not-running), else 1 when a table is over --max-lag or --max-age, "
+                         "else 0")
     ss.add_argument("--max-lag", type=_bound, metavar="RECORDS",
                     help="with --check: a table with more records in Kafka not yet applied is behind")
     ss.add_argument("--max-age", type=_bound, metavar="SECONDS",

@@ -3,7 +3,8 @@ can tell running, stopped, failed and killed jobs apart; each table's lock, so o
 process at a time runs, replays or bootstraps a table; and the hand-over of one table by a
 running job: a command that needs a table a continuous job holds asks for it (a request
 file), the job stops that table alone and lets its lock go, and takes it back once the
-command has ended."""
+command has ended; and the continuous jobs running, each with the tables it follows, so
+that `cdc status` can tell a registered table that no running job applies (`not-running`)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,6 +13,7 @@ import json
 import os
 import threading
 from contextlib import contextmanager
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from cdc.errors import Busy
@@ -20,6 +22,8 @@ from cdc.waiting import poll_until
 
 RUNNING, STOPPED, FAILED, CAUGHT_UP, DEAD = "running", "stopped", "failed", "caught-up", "dead"
 HANDED_OVER = "handed-over"  # a continuous job lent the table to a command (bootstrap, replay, ...)
+NEVER_RUN = "never-run"  # no job has run the table yet
+NOT_RUNNING = "not-running"  # never run or stopped, while a continuous job runs whose --table leaves it out
 HANDS_OVER = "hands-over"  # in a lock file, after the pid: its holder lends the table on request
 HANDOVER_WAIT_S = 120.0  # how long a command waits for a running job to hand a table over
 
@@ -62,14 +66,67 @@ def _alive(pid: int) -> bool:
 
 
 def read(state_dir: Path, table: str) -> dict:
-    """The last recorded state; `running` with a dead process reads as `dead`."""
+    """The last recorded state; `running` with a dead process reads as `dead`; never run or
+    stopped while continuous jobs run and none of them takes the table, `not-running`, with
+    why as its error."""
     try:
         doc = json.loads(_file(state_dir, table).read_text())
     except (FileNotFoundError, ValueError):
-        return {"state": "never-run"}
+        doc = {"state": NEVER_RUN}
     if doc.get("state") == RUNNING and not _alive(int(doc.get("pid", 0))):
         doc["state"] = DEAD
+    if doc.get("state") in (NEVER_RUN, STOPPED):
+        jobs = runs(state_dir)
+        if jobs and not any(follows(table, selection) for selection in jobs.values()):
+            shown = "; ".join(f"pid {pid} runs --table {' --table '.join(selection)}"
+                              for pid, selection in sorted(jobs.items()))
+            doc = {**doc, "state": NOT_RUNNING, "error": f"no running job applies it ({shown})",
+                   "remedy": f"run it: add --table {table} to that job's command and restart it, or start "
+                             f"`cdc run --table {table}` beside it"}
     return doc
+
+
+def _runs_dir(state_dir: Path) -> Path:
+    return state_dir / "runs"
+
+
+@contextmanager
+def following(state_dir: Path, selection: list[str] | None):
+    """For the block, a continuous job that follows the registrations `selection` names
+    (`cdc run --table`, names or patterns; None: every table) is recorded as running (`runs`)."""
+    f = _runs_dir(state_dir) / f"{os.getpid()}.json"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    for old in f.parent.glob("*.json"):  # of jobs killed before they could remove theirs
+        if old != f and old.stem.isdigit() and not _alive(int(old.stem)):
+            old.unlink(missing_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "tables": None if selection is None else list(selection)}))
+    tmp.replace(f)
+    try:
+        yield
+    finally:
+        f.unlink(missing_ok=True)
+
+
+def runs(state_dir: Path) -> dict[int, list[str] | None]:
+    """The live continuous jobs, each with the tables it follows (None: every table)."""
+    found = {}
+    for f in sorted(_runs_dir(state_dir).glob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+            pid, selection = int(doc["pid"]), doc.get("tables")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _alive(pid):
+            found[pid] = selection
+    return found
+
+
+def follows(table: str, selection: list[str] | None) -> bool:
+    """Whether a job run with `--table` `selection` (names or fnmatch patterns; None: every
+    table) takes `table`, now or once it is registered."""
+    return selection is None or any(fnmatchcase(table, s) if any(c in s for c in "*?[") else table == s
+                                    for s in selection)
 
 
 _held: dict[str, list[int]] = {}  # table -> [fd, depth]: locks this process holds

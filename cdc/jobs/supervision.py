@@ -1,13 +1,14 @@
 """What `cdc run`'s supervisor decides, apart from what it does: the job's tables and queries
 as one value (`Supervision`), events in (a query started, ended or failed, a table failed in
-a shared query, a clock tick, a table asked for or given back), actions out (start, stop,
-join, lend, record, log). It does no I/O and never waits: a backoff is a time at which a
+a shared query, a clock tick, a table asked for or given back, the registrations as the
+tables directory holds them now), actions out (start, stop, join, lend, adopt, forget, record,
+log). It does no I/O and never waits: a backoff is a time at which a
 tick starts the query again, so one table's backoff never holds the others back. The loop
 that observes Spark, Kafka and the state directory and performs the actions is
 jobs/supervisor.py."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cdc.control import jobstate
@@ -85,11 +86,36 @@ class HandoverAsked:
 
 @dataclass(frozen=True)
 class Returned:
-    """A lent table is locked again: its registration found again, gone (`registered`
-    False), or found invalid (`invalid`)."""
+    """A lent table is locked again: its registration found again (with its `fingerprint`),
+    gone (`registered` False), or found invalid (`invalid`)."""
     table: str
     registered: bool
     invalid: CdcError | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Registrations:
+    """The registrations of the job's selection as the tables directory holds them now:
+    those that load, each with its `fingerprint` (it changes with what the file says); of
+    those the job does not run, the ones `ready` to start (their target and topic exist:
+    `cdc register` is done); and those that do not load, with their error (`invalid`)."""
+    found: Mapping[str, str]
+    ready: frozenset[str] = frozenset()
+    invalid: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """The job holds table `table`'s lock and its registration as last found."""
+    table: str
+
+
+@dataclass(frozen=True)
+class AdoptRefused:
+    """Table `table`'s lock is held by another process (a bootstrap, another job)."""
+    table: str
+    error: CdcError
 
 
 @dataclass(frozen=True)
@@ -142,6 +168,19 @@ class Lend:
 
 
 @dataclass(frozen=True)
+class Adopt:
+    """Take table `table`'s lock and its registration as last found (a table newly
+    registered, or registered anew); Adopted, or AdoptRefused while another process holds it."""
+    table: str
+
+
+@dataclass(frozen=True)
+class Forget:
+    """Table `table` is no longer registered: its lock let go, its lineage run ended."""
+    table: str
+
+
+@dataclass(frozen=True)
 class CaughtUp:
     """A table applied up to what Kafka held when the job started."""
     table: str
@@ -166,6 +205,33 @@ class Log:
     fields: tuple[tuple[str, object], ...] = ()
 
 
+# The registrations' changes: which tables a job that follows them starts, stops or starts again.
+
+@dataclass(frozen=True)
+class Changes:
+    """What changed in the registrations of a running job's tables."""
+    added: tuple[str, ...] = ()  # registered and ready, not run by the job: started
+    removed: tuple[str, ...] = ()  # run by the job, their registration gone: stopped
+    changed: tuple[str, ...] = ()  # run by the job, their registration changed: started again with it
+
+
+def registration_changes(runs: Mapping[str, str | None], found: Mapping[str, str], ready: Iterable[str] = (),
+                         invalid: Iterable[str] = ()) -> Changes:
+    """The tables to start, stop and start again, from the job's tables (`runs`: each with
+    the fingerprint of the registration it runs; None: unknown, never taken for a change) and
+    the registrations found now (`found`: name -> fingerprint, of those that load; `ready`:
+    of them, those whose target and topic exist; `invalid`: those whose file does not load).
+    A table whose file does not load is left as it is, run or not: one bad file is that
+    table's problem, and a half-written one is read again at the next look."""
+    ready, invalid = set(ready), set(invalid)
+    added = sorted(t for t in found if t not in runs and t in ready)
+    removed = sorted(t for t in runs if t not in found and t not in invalid)
+    changed = sorted(t for t, fingerprint in runs.items()
+                     if t in found and fingerprint is not None and found[t] != fingerprint)
+    return Changes(tuple(added), tuple(removed), tuple(changed))
+
+
+
 @dataclass
 class Supervision:
     """The state of a job's tables: their shared queries (`groups`, and each table's `home`),
@@ -185,6 +251,10 @@ class Supervision:
     failed_retry_at: dict[str, float] = field(default_factory=dict)  # when a given-up table is tried again
     rejoin_at: dict[str, float] = field(default_factory=dict)  # when a table away is looked at next
     away: dict[str, int] = field(default_factory=dict)  # tables lent to a command, with its pid
+    fingerprints: dict[str, str] = field(default_factory=dict)  # a table -> its registration's, as run
+    adopting: set[str] = field(default_factory=set)  # tables taken since the registrations' last look
+    held_elsewhere: set[str] = field(default_factory=set)  # new tables whose lock another process holds
+    invalid: dict[str, str] = field(default_factory=dict)  # registrations that do not load, with their error
     stopping: bool = False
     now: float = 0.0  # the time of the last event
 
@@ -306,12 +376,55 @@ class Supervision:
         if e.invalid is not None:
             return self._fail(e.table, e.invalid)
         if not e.registered:  # no registration of that name is left (`cdc tables remove`)
-            self.tables.discard(e.table)
-            self.home.pop(e.table, None)
-            self.rejoin_at.pop(e.table, None)
-            return [Lend(e.table), Log("no longer registered: the job runs it no more", e.table, "table-removed")]
+            return self._remove(e.table)
+        if e.fingerprint is not None:
+            self.fingerprints[e.table] = e.fingerprint
         return [Log("taken back: its query starts again from what its target holds", e.table, "taken-back"),
                 *self._start(e.table)]
+
+    def _on_Registrations(self, e: Registrations) -> list:
+        """New tables adopted and started, removed ones stopped, changed ones started again
+        with their new registration (a failed one at once); a table lent to a command is left
+        to `Returned`, which reads its registration again."""
+        if self.stopping:
+            return []
+        out = self._invalid(e.invalid)
+        changes = registration_changes({t: self.fingerprints.get(t) for t in self.tables}, e.found, e.ready,
+                                       e.invalid)
+        for table in changes.removed:
+            if table not in self.away:
+                out += self._set_aside(table) + self._remove(table)
+        for table in changes.changed:
+            if table not in self.away:
+                self.fingerprints[table] = e.found[table]
+                out += self._set_aside(table) + [Adopt(table)]
+        for table in changes.added:
+            if table not in self.adopting and table not in self.away:
+                self.adopting.add(table)
+                self.fingerprints[table] = e.found[table]
+                out.append(Adopt(table))
+        self.held_elsewhere &= set(e.found)
+        return out
+
+    def _on_Adopted(self, e: Adopted) -> list:
+        self.adopting.discard(e.table)
+        self.held_elsewhere.discard(e.table)
+        if e.table in self.tables:
+            log = Log("its registration changed: its query starts again with it", e.table, "registration-changed")
+        else:
+            self.tables.add(e.table)
+            log = Log("registered: the job starts it", e.table, "table-added")
+        return [log, *self._start(e.table)]
+
+    def _on_AdoptRefused(self, e: AdoptRefused) -> list:
+        """Asked again at the next look; said once."""
+        self.adopting.discard(e.table)
+        self.fingerprints.pop(e.table, None)
+        if e.table in self.held_elsewhere:
+            return []
+        self.held_elsewhere.add(e.table)
+        return [Log(f"registered, but {e.error.message}: the job starts it once that process lets it go",
+                    e.table, "table-held-elsewhere", "warning")]
 
     def _on_StopAsked(self, e: StopAsked) -> list:
         self.stopping = True
@@ -411,3 +524,25 @@ class Supervision:
             self.running.discard(name)
             out.append(StopQuery(name))
         return out + self._start(name)
+
+    def _remove(self, table: str) -> list:
+        """A table no longer registered: run no more, its lock let go."""
+        self.tables.discard(table)
+        self.home.pop(table, None)
+        self.rejoin_at.pop(table, None)
+        self.fingerprints.pop(table, None)
+        return [Forget(table), Log("no longer registered: the job runs it no more", table, "table-removed")]
+
+    def _invalid(self, invalid: Mapping[str, str]) -> list:
+        """A line for each registration that stopped loading (or whose error changed): a
+        table the job runs goes on as it was loaded, another is not started."""
+        out = []
+        for table, error in sorted(invalid.items()):
+            if self.invalid.get(table) == error:
+                continue
+            doing = ("the job goes on with the registration it loaded" if table in self.tables
+                     else "it is not started")
+            out.append(Log(f"its registration does not load, {doing}: {error}", table, "registration-invalid",
+                           "error", (("error", error),)))
+        self.invalid = dict(invalid)
+        return out

@@ -2,7 +2,9 @@
 directory, tells jobs/supervision.py what it saw and performs the actions that come back:
 queries started and stopped, a shared query's tables joining it again, tables handed over
 to a command and taken back. It decides nothing itself and never sleeps but to wait for a
-query to end."""
+query to end. A continuous job follows the registrations of its selection: a table
+registered while it runs is started, one removed is stopped, one registered anew is started
+again with its new registration."""
 from __future__ import annotations
 
 import hashlib
@@ -12,18 +14,22 @@ import sys
 import threading
 import time
 from collections import deque
+from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from cdc.config.clients import kafka_access
 from cdc.config.loader import load_tables
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import jobstate
+from cdc.control.kafka import existing_topics
 from cdc.errors import ApplyError, Busy, CdcError, ConfigError
 from cdc.jobs import metrics, shared, shutdown
 from cdc.jobs import supervision as s
 from cdc.jobs.backlog import PROGRESS_EVERY_S, CatchUp
 from cdc.jobs.failures import diagnose
 from cdc.jobs.queries import START_THREADS, Queries
+from cdc.jobs.targets import load_target
 from cdc.jobs.watchers import read_lag, watch_lag
 from cdc.log import log
 from cdc.register.connector import topic_for
@@ -32,6 +38,7 @@ from cdc.sinks.session import get_session
 
 SHARED_TABLES = "cdc-tables.json"  # in a shared query's checkpoint: the tables it reads (drop_dead_checkpoints)
 LOOK_EVERY_S = 1.0  # the longest the loop waits for a query to end before it looks again
+REGISTRATIONS_EVERY_S = 2.0  # how often a continuous job looks at the tables directory
 
 
 class Supervisor:
@@ -42,11 +49,16 @@ class Supervisor:
     query of its own and joins it again once that query runs well. Every query starts in the
     job's session, whose query manager tells the loop when one ends. A continuous job
     (`lent`: its tables' locks) hands a table over to a command that asks for it (`cdc
-    bootstrap`, `replay`, `tables remove`) and takes it back once that command is done."""
+    bootstrap`, `replay`, `tables remove`) and takes it back once that command is done. With
+    `follow`, it looks at the registrations its `selection` (`cdc run --table`; None: every
+    table) names every REGISTRATIONS_EVERY_S and starts, stops or starts again the tables
+    whose registration came, went or changed (supervision.registration_changes); a new table
+    starts once its target and topic exist (`ready`), in a query of its own."""
 
     def __init__(self, spark, settings: Settings, tables: list[TableRegistration], available_now: bool,
                  clock=time.monotonic, lent: jobstate.Lent | None = None, starter: Queries | None = None,
-                 lag=read_lag, cut=None):
+                 lag=read_lag, cut=None, follow: bool = False, selection: list[str] | None = None,
+                 ready=None, lineage=None):
         self.spark, self.settings, self.available_now, self.lent = spark, settings, available_now, lent
         self.starter = starter or Queries(spark, settings)  # starts and stops the queries (queries.py)
         self.lag = lag  # a table's lag: (records left, offsets applied), None while unknown (watchers.py)
@@ -64,6 +76,16 @@ class Supervisor:
         self.done: dict = {}  # shared queries at Kafka's end (name -> query), their tables still applying
         self.catchups = {t.name: CatchUp(t.name, clock) for t in tables}
         self.shown_at = clock()
+        self.follow, self.selection = follow, selection
+        self.ready = ready or self.targets_ready  # ready(regs): the names of those whose target and topic exist
+        self.lineage = lineage  # the run's lineage (register/lineage.RunLineage), told of each table's state
+        self.state.fingerprints = {t.name: fingerprint(t) for t in tables}
+        self.files: tuple | None = None  # the registration files as last looked at (name, mtime, size)
+        self.found: dict[str, TableRegistration] = {}  # the registrations of the selection that load
+        self.fingerprints: dict[str, str] = {}  # ... each one's fingerprint
+        self.found_invalid: dict[str, str] = {}  # ... and those that do not, with their error
+        self.follow_at = clock() + REGISTRATIONS_EVERY_S
+        self.unscanned: str | None = None  # why the tables directory could not be read, as last said
 
     @property
     def failed(self) -> dict[str, CdcError]:
@@ -73,6 +95,12 @@ class Supervisor:
     @property
     def tables(self) -> dict[str, TableRegistration]:
         return {name: reg for name, reg in self.registrations.items() if name in self.state.tables}
+
+    def watched(self) -> list[TableRegistration]:
+        """The registrations of the tables the job runs now (not lent to a command, still
+        registered), for the lag watcher's thread: copies, each made at once under the GIL."""
+        regs, tables, away = dict(self.registrations), set(self.state.tables), set(self.state.away)
+        return [regs[t] for t in sorted(tables - away) if t in regs]
 
     def running(self) -> list[str]:
         """The tables whose queries run."""
@@ -128,6 +156,13 @@ class Supervisor:
             shutil.rmtree(self.settings.path(self.settings.spark.checkpoint_dir) / action.table, ignore_errors=True)
         elif isinstance(action, s.Lend):
             self.lent.lend(action.table)
+        elif isinstance(action, s.Adopt):
+            return self.adopt(action.table)
+        elif isinstance(action, s.Forget):
+            if self.lent is not None:
+                self.lent.lend(action.table)
+            if self.lineage is not None:
+                self.lineage.removed(action.table)
         elif isinstance(action, s.CaughtUp):
             self.lag(self.settings, self.registrations[action.table], done=self.applied(action.table))
             jobstate.record(self.settings.state_dir, action.table, jobstate.CAUGHT_UP)
@@ -135,6 +170,8 @@ class Supervisor:
         elif isinstance(action, s.Record):
             jobstate.record(self.settings.state_dir, action.table, action.state, action.error,
                             query=action.query, remedy=action.remedy)
+            if self.lineage is not None:  # a FAIL when a table is given up, a new START when it runs again
+                self.lineage.record(action.table, action.state, action.error, self.registrations.get(action.table))
         elif isinstance(action, s.Log):
             log(action.message, table=action.table, event=action.event, level=action.level, **dict(action.fields))
         else:
@@ -281,6 +318,9 @@ class Supervisor:
         if self.lent is not None:
             self.hand_over()
             self.take_back()
+        if self.follow and not self.stopping and self.clock() >= self.follow_at:
+            self.follow_at = self.clock() + REGISTRATIONS_EVERY_S
+            self.look_at_registrations()
 
     def ended(self, name: str, query) -> list:
         """What query `name` having ended tells: that it failed, or (a job that stops at Kafka's
@@ -344,7 +384,62 @@ class Supervisor:
                 found = []
             if found:
                 self.registrations[table] = found[0]
-            self.tell(s.Returned(table, bool(found), invalid[0].error if invalid else None))
+            self.tell(s.Returned(table, bool(found), invalid[0].error if invalid else None,
+                                 fingerprint(found[0]) if found else None))
+
+    # following the registrations
+
+    def look_at_registrations(self) -> None:
+        """The registrations of the job's selection, read again when a file came, went or
+        changed, told to the state with those not run yet whose target and topic exist. A
+        directory that cannot be read is said once and looked at again; a file that does not
+        load is its table's problem (supervision.registration_changes leaves it be)."""
+        directory = self.settings.path(self.settings.tables_dir)
+        try:
+            files = registration_files(directory)
+            if files != self.files:
+                invalid: list = []
+                loaded = load_tables(self.settings, invalid=invalid)
+                self.found = {r.name: r for r in loaded if jobstate.follows(r.name, self.selection)}
+                self.fingerprints = {name: fingerprint(r) for name, r in self.found.items()}
+                self.found_invalid = {b.name: str(b.error) for b in invalid if jobstate.follows(b.name, self.selection)}
+            new = [reg for name, reg in self.found.items() if name not in self.state.tables]
+            if files == self.files and not new:
+                return
+            ready = frozenset(self.ready(new)) if new else frozenset()
+        except Exception as e:  # noqa: BLE001 - the job goes on with the tables it runs
+            if str(e) != self.unscanned:
+                log(f"the registrations under {directory} could not be read: {e}; the job goes on with the tables "
+                    f"it runs", event="registrations-unread", level="warning")
+            self.unscanned = str(e)
+            return
+        self.files, self.unscanned = files, None
+        self.tell(s.Registrations(dict(self.fingerprints), ready, self.found_invalid))
+
+    def targets_ready(self, regs: list[TableRegistration]) -> list[str]:
+        """Those of `regs` whose topic and target exist (`cdc register` has made them)."""
+        topics = existing_topics(kafka_access(self.settings))
+        ready = []
+        for reg in regs:
+            if topic_for(reg.source.name, reg) not in topics:
+                continue
+            try:
+                load_target(self.spark, self.settings, reg)
+            except Exception:  # noqa: BLE001 - not there yet (ApplyError), or the catalog not answering
+                continue
+            ready.append(reg.name)
+        return ready
+
+    def adopt(self, table: str) -> list:
+        """Table `table` taken: its lock, and its registration as last found."""
+        try:
+            if self.lent is not None:
+                self.lent.take(table)
+        except Busy as e:
+            return [s.AdoptRefused(table, e)]
+        self.registrations[table] = self.found[table]
+        self.catchups.setdefault(table, CatchUp(table, self.clock))
+        return [s.Adopted(table)]
 
     def outcome(self) -> None:
         """Raise for the failed tables: a lone failed table's own error, else one naming each."""
@@ -383,7 +478,7 @@ class Supervisor:
             try:
                 self.start_all()  # a stop signal ends the starts not yet made (`start_own`)
                 threading.Thread(target=watch_lag, daemon=True, name="cdc-lag",
-                                 args=(self.settings, list(self.tables.values()), lag_stop, self.applied)).start()
+                                 args=(self.settings, self.watched, lag_stop, self.applied)).start()
                 if self.cut is not None:
                     threading.Thread(target=self.cut, daemon=True, name="cdc-cut",
                                      args=(self.settings, self.cut_sources(), lag_stop)).start()
@@ -414,6 +509,27 @@ class Supervisor:
             shutil.rmtree(batch.checkpoint, ignore_errors=True)
 
 
+def registration_files(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """The registration files of a tables directory, each as (name, modification time, size):
+    what changes when one comes, goes or is written. A directory that is not there raises
+    (taken for one that cannot be read, not for one whose tables all went)."""
+    if not directory.is_dir():
+        raise ConfigError(f"{directory} is not a directory")
+    files = []
+    for f in directory.glob("*.yaml"):
+        try:
+            st = f.stat()
+        except FileNotFoundError:  # gone since the listing
+            continue
+        files.append((f.name, st.st_mtime_ns, st.st_size))
+    return tuple(sorted(files))
+
+
+def fingerprint(reg: TableRegistration) -> str:
+    """What a registration says, in a few characters: it changes when the file's meaning does."""
+    return hashlib.sha256(reg.model_dump_json().encode()).hexdigest()[:16]
+
+
 def _input_rows(progress) -> int:
     """Rows of a query's last progress report (a dict or a progress object, by version)."""
     if progress is None:
@@ -421,15 +537,20 @@ def _input_rows(progress) -> int:
     return int(progress.get("numInputRows", 0) if isinstance(progress, dict) else getattr(progress, "numInputRows", 0))
 
 
-def run(settings: Settings, tables: list[TableRegistration], available_now: bool, cut=None) -> None:
-    """The job of `tables` (`cut`: Supervisor's)."""
+def run(settings: Settings, tables: list[TableRegistration], available_now: bool, cut=None,
+        selection: list[str] | None = None) -> None:
+    """The job of `tables` (`cut`: Supervisor's); a continuous one follows the registrations
+    `selection` names (`cdc run --table`; None: every table), and says so in the state
+    directory (jobstate.following) for `cdc status`."""
     if not tables:
         raise ApplyError("no tables are registered", hint=f"add registrations under {settings.tables_dir}/")
     names = [t.name for t in tables]
     with jobstate.exclusive(settings.state_dir, names) if available_now else \
-            jobstate.lending(settings.state_dir, names) as lent:
-        supervisor = Supervisor(get_session(settings), settings, tables, available_now, lent=lent, cut=cut)
+            jobstate.lending(settings.state_dir, names) as lent, \
+            nullcontext() if available_now else jobstate.following(settings.state_dir, selection):
         lineage = RunLineage(settings, tables)  # OpenLineage events, when cdc.yaml's `lineage` is on
+        supervisor = Supervisor(get_session(settings), settings, tables, available_now, lent=lent, cut=cut,
+                                follow=not available_now, selection=selection, lineage=lineage)
         lineage.started()
         failed: dict[str, str] = {}
         try:

@@ -39,27 +39,30 @@ def read_lag(settings: Settings, reg: TableRegistration, ends: dict[int, int] | 
     return sum(max(0, hi - done.get(p, 0)) for p, hi in ends.items()), sum(done.values())
 
 
-def watch_lag(settings: Settings, tables: list[TableRegistration], stop: threading.Event,
-              applied=lambda table: None) -> None:
+def watch_lag(settings: Settings, tables_now, stop: threading.Event, applied=lambda table: None) -> None:
     """Every LAG_EVERY_S until `stop`: Kafka's reachability, each table's lag (with a
     progress line while it is far behind; the end offsets of all the tables' topics in one
     request; `applied`: a shared query's table's applied offsets, else None) and each
     source's capture, off the supervisor's loop (a Kafka or Connect outage stalls only this
-    thread)."""
+    thread). `tables_now()` gives the tables the job runs now: one removed or lent to a command
+    is watched no more."""
     capturing: dict[str, bool] = {}
     reachable = {"kafka": True}
-    catchups = {reg.name: CatchUp(reg.name) for reg in tables}
-    topics = {reg.name: topic_for(reg.source.name, reg) for reg in tables}
+    catchups: dict[str, CatchUp] = {}
     while True:
+        tables: list[TableRegistration] = tables_now()
+        topics = {reg.name: topic_for(reg.source.name, reg) for reg in tables}
+        for name in set(catchups) - set(topics):  # a table taken back later starts its progress anew
+            del catchups[name]
         if watch_kafka(settings, reachable):
             try:
-                ends = end_offsets(kafka_access(settings), sorted(set(topics.values())))
+                ends = end_offsets(kafka_access(settings), sorted(set(topics.values()))) if topics else {}
             except CdcError:
                 ends = {}
             for reg in tables:
                 lag = read_lag(settings, reg, ends.get(topics[reg.name], {}), applied(reg.name))
                 if lag is not None:
-                    catchups[reg.name].seen(*lag)
+                    catchups.setdefault(reg.name, CatchUp(reg.name)).seen(*lag)
         for source in sorted({t.source.name for t in tables}):
             watch_capture(settings, source, capturing)
         if stop.wait(LAG_EVERY_S):

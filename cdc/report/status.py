@@ -125,7 +125,7 @@ def problems(rows: list[dict], captures: list[dict], max_lag: int | None = None,
                for r in rows if r.get("invalid")]
     failed += [f"table {r['table']}: job {r['job']['state']}" + (f": {r['job']['error'].splitlines()[0][:200]}"
                                                                   if r["job"].get("error") else "")
-               for r in rows if r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD)]
+               for r in rows if r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD, jobstate.NOT_RUNNING)]
     behind = [f"table {r['table']}: lag {r['lag']:,} record(s) is over --max-lag {max_lag:,}"
               for r in rows if max_lag is not None and (r.get("lag") or 0) > max_lag]
     behind += [f"table {r['table']}: " + (f"{r['age_s']:,.0f} s behind is over --max-age {max_age_s:,.0f}"
@@ -159,7 +159,7 @@ def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
             lines.append(f"  holds its source's consistent cut (cdc cut): {r['cut']['holds']}")
         if r["job"].get("error"):
             lines.append(f"  last error: {r['job']['error'].splitlines()[0][:200]}")
-        if r["job"].get("remedy") and r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD):
+        if r["job"].get("remedy") and r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD, jobstate.NOT_RUNNING):
             lines.append(f"  to do: {r['job']['remedy'].splitlines()[0][:300]}")
     return "\n".join(lines + shared_lines(rows) + capture_lines(list(captures)))
 

@@ -87,11 +87,12 @@ def test_table_selections_reach_the_command(project, monkeypatch):
     import cdc.jobs.supervisor
 
     seen = []
-    monkeypatch.setattr(cdc.jobs.supervisor, "run", lambda settings, tables, available_now, cut: seen.append(
-        [t.name for t in tables]))
+    monkeypatch.setattr(cdc.jobs.supervisor, "run", lambda settings, tables, available_now, cut, selection:
+                        seen.append(([t.name for t in tables], selection)))
     assert main(["run", "--table", "shop.*", "--table", "crm.people"]) == 0
     assert main(["run", "--available-now"]) == 0
-    assert seen == [["crm.people", "shop.lines", "shop.orders"]] * 2
+    tables = ["crm.people", "shop.lines", "shop.orders"]
+    assert seen == [(tables, ["shop.*", "crm.people"]), (tables, None)]  # a continuous job follows its selection
     assert main(["run", "--table", "sales.*"]) == 2
 
 

@@ -192,7 +192,7 @@ def test_a_table_asked_for_is_handed_over_from_its_shared_query_and_taken_back_o
     sup.handle(s.Started("shared-2s"), 1.0)
     assert sup.groups == {"shared-2s": ["s.a"]}
     assert sup.handle(s.Returned("s.b", registered=True), 2.0)[1:] == [s.StartOwn("s.b")]
-    assert sup.handle(s.Returned("s.c", registered=False), 2.0)[0] == s.Lend("s.c")  # `cdc tables remove`
+    assert sup.handle(s.Returned("s.c", registered=False), 2.0)[0] == s.Forget("s.c")  # `cdc tables remove`
     assert sup.tables == {"s.a", "s.b"} and "s.c" not in sup.home and not sup.away
     sup.handle(s.Started("s.b"), 2.0)
     out = sup.handle(s.HandoverAsked("s.b", 43), 3.0)  # in a query of its own now
