@@ -103,6 +103,14 @@ def _decode(key, value, partition: int, offset: int, key_columns: tuple[str, ...
         return ChangeEvent({}, op, None, position, source.get("ts_ms"), partition, offset)
     key_doc = payload_of(key)
     if key_doc is None or any(key_doc.get(c) is None for c in key_columns):
+        row = (body or {}).get(BEFORE if op is Operation.DELETE else AFTER)
+        nulls = [c for c in key_columns if (key_doc or {}).get(c) is None]
+        if key is not None and (all(row.get(c) is None for c in nulls) if isinstance(row, dict)
+                                else key_doc is not None):
+            # a key with a NULL part (a key column the source allows NULL in), as its row shows
+            raise DecodeError(f"record at partition {partition} offset {offset}: key column"
+                              f"{'s' if len(nulls) > 1 else ''} {', '.join(nulls)} "
+                              f"{'are' if len(nulls) > 1 else 'is'} NULL")
         raise DecodeError(f"record at partition {partition} offset {offset} has no key {list(key_columns)}")
     key_values = {c: key_doc[c] for c in key_columns}
     if op is None:

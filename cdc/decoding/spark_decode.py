@@ -230,7 +230,8 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
     envelope = [
         (F.coalesce(F.col(AVRO_KEY), parsed_key) if built else parsed_key).alias("_k"),
         (F.coalesce(F.col(AVRO_VALUE), parsed_value) if built else parsed_value).alias("_v"),
-        F.col("value").isNull().alias("_null_value"), F.col("value"), F.octet_length("value").alias("_value_bytes"),
+        F.col("key").isNull().alias("_null_key"), F.col("value").isNull().alias("_null_value"), F.col("value"),
+        F.octet_length("value").alias("_value_bytes"),
         F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         (_header(OLD_KEY) if headers else F.lit(None).cast("string")).alias("_old_key"),
         (_header(NEW_KEY).isNotNull() if headers else F.lit(False)).alias("_new_key"),
@@ -271,6 +272,17 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
                                               for i, k in enumerate(key)]
     moved.append((F.col("_new_key") & (F.col("_op") == "d"), "_key_moved"))
     key_missing = reduce(lambda a, b: a | b, [F.col("_k").getField(k).isNull() for k in key], F.col("_k").isNull())
+    # A key with a NULL part (a key column the source allows NULL in) is no missing key: the
+    # record has a key, and its row holds NULL in each key column the key lacks (a record
+    # without a row, a tombstone, has its key alone).
+    part_null = [F.col("_k").getField(k).isNull() for k in key]
+    null_part = ~F.col("_null_key") & F.when(
+        row.isNotNull(), reduce(lambda a, b: a & b, [~n | row.getField(k).isNull() for n, k in zip(part_null, key)])
+    ).otherwise(F.col("_k").isNotNull())
+    several = reduce(lambda a, b: a + b, [n.cast("int") for n in part_null]) > 1
+    null_part_message = F.concat(F.when(several, F.lit("key columns ")).otherwise(F.lit("key column ")),
+                                 F.concat_ws(", ", *[F.when(n, F.lit(k)) for n, k in zip(part_null, key)]),
+                                 F.when(several, F.lit(" are NULL")).otherwise(F.lit(" is NULL")))
     # The Kafka key decides where a change goes: its row must say the same key (a row
     # without the key's columns disagrees too).
     disagree = [F.when(~F.col("_k").getField(k).eqNullSafe(row.getField(k)), F.lit(k)) for k in key]
@@ -295,6 +307,7 @@ def decoder(columns: tuple[Column, ...], key: tuple[str, ...], kind: str = "post
         (F.col("_op") == NON_DATA, None, None),  # recognised, and ignored
         (F.col("_op").isNull() | ~F.col("_op").isin(*OPS, TOMBSTONE), "unknown-op",
          F.concat(F.lit("unknown op "), F.coalesce(F.col("_op"), F.lit("null")))),
+        ((F.col("_op") != "t") & key_missing & null_part, "null-key-part", null_part_message),
         ((F.col("_op") != "t") & key_missing, "missing-key", F.lit("record has no key")),
         (F.col("_op").isin("c", "u", "r", "d") & row.isNotNull() & (key_disagrees != ""), "key-mismatch",
          F.concat(F.lit("the record's Kafka key and its row disagree on key column(s) "), key_disagrees)),

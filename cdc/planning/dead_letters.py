@@ -13,8 +13,8 @@ COLUMNS = (
     ("offset", "BIGINT"),
     ("key", "BINARY"),  # raw Kafka key
     ("value", "BINARY"),  # raw Kafka value (null for a tombstone)
-    ("error_class", "STRING"),  # not-an-envelope, value-does-not-fit, unknown-op, missing-key, key-mismatch,
-    #                             mask-key-mismatch, record-too-large, ...
+    ("error_class", "STRING"),  # not-an-envelope, value-does-not-fit, unknown-op, missing-key, null-key-part,
+    #                             key-mismatch, mask-key-mismatch, record-too-large, ...
     ("error_message", "STRING"),
     ("failed_at", "TIMESTAMP"),
     ("batch_id", "BIGINT"),

@@ -9,6 +9,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from cdc.decoding import envelope
 from cdc.decoding.spark_decode import NOT_AN_ENVELOPE, TOMBSTONE, VALUE_DOES_NOT_FIT, decode
+from cdc.errors import DecodeError
 from cdc.sources.types import Column
 from tests.events import Topic
 
@@ -288,3 +289,34 @@ def test_json_read_from_bytes_gives_spark_from_json_result(spark):
     arrays = spark.createDataFrame([('["1","2"]',), ("[]",), ("[1, {}]",), ("x",), (None,)], "s STRING")
     assert arrays.select(from_json(F.col("s"), "ARRAY<STRING>")).collect() == \
         arrays.select(F.from_json(F.col("s"), "ARRAY<STRING>")).collect()
+
+
+def test_a_key_with_a_null_part_is_set_aside_as_what_it_is(spark):
+    """A `key:` column that allows NULL (refused at registration; a table keyed so before)
+    gives records whose key has a NULL part: `null-key-part`, naming the column, as the
+    reference says; a record with no key at all stays `missing-key`."""
+    cols = (Column("a", "int"), Column("b", "string"), Column("v", "string"))
+    t = Topic(key_columns=("a", "b"))
+    t.change("r", {"a": None, "b": "y", "v": "1"}, None, 500)
+    t.change("r", {"a": 2, "b": None, "v": "2"}, None, 510)
+    t.change("c", {"a": None, "b": None, "v": "3"}, 600, 610)
+    t.change("d", {"a": 2, "b": None, "v": "2"}, 700, 710)
+    t.tombstone({"a": 2, "b": None})
+    value = t.change("c", {"a": 1, "b": "x", "v": "ok"}, 800, 810)[1]
+    t.records.pop()
+    t.raw(None, value)  # a change without a key
+    t.raw(json.dumps({"schema": {}, "payload": {"id": 1}}).encode(), value)  # keyed by other columns
+    records = t.take()
+    got = decode(spark.createDataFrame(records, KAFKA), cols, ("a", "b")).orderBy("_offset").collect()
+    assert [(r["_error_class"], r["_error"]) for r in got] == [
+        ("null-key-part", "key column a is NULL"), ("null-key-part", "key column b is NULL"),
+        ("null-key-part", "key columns a, b are NULL"), ("null-key-part", "key column b is NULL"),
+        ("null-key-part", "key column b is NULL"), ("missing-key", "record has no key"),
+        ("missing-key", "record has no key")]
+    for rec, row in zip(records, got):  # the reference tells the same apart
+        try:
+            envelope.decode(rec[0], rec[1], rec[3], rec[4], ("a", "b"))
+        except DecodeError as e:
+            assert ("NULL" in str(e)) == (row["_error_class"] == "null-key-part"), (str(e), row["_error_class"])
+        else:
+            raise AssertionError(f"offset {rec[4]} decoded")

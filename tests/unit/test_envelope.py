@@ -92,3 +92,29 @@ def test_non_data_messages_decode_to_nothing():
         assert decode(json.dumps({"schema": {}, "payload": k}), json.dumps({"schema": {}, "payload": v}), 0, 1,
                       KEY) is None
     assert last_per_key([None, ev("c", 1, 0, v="a")])[(("id", 1),)].row == {"id": 1, "v": "a"}
+
+
+def envelope(payload) -> str:
+    return json.dumps({"schema": {}, "payload": payload})
+
+
+def null_key_change(op, row):
+    return envelope({"op": op, "before": row if op == "d" else None, "after": None if op == "d" else row,
+                     "source": {"lsn": 20, "sequence": '["10", "20"]', "ts_ms": 1700000000000}})
+
+
+def test_a_key_with_a_null_part_is_no_missing_key():
+    key = ("a", "b")
+    with pytest.raises(DecodeError, match=r"offset 3: key column a is NULL$"):
+        decode(envelope({"a": None, "b": "y"}), null_key_change("c", {"a": None, "b": "y"}), 0, 3, key)
+    with pytest.raises(DecodeError, match=r"key column b is NULL$"):
+        decode(envelope({"a": 2, "b": None}), null_key_change("d", {"a": 2, "b": None}), 0, 4, key)
+    with pytest.raises(DecodeError, match=r"key columns a, b are NULL$"):
+        decode(envelope({"a": None, "b": None}), null_key_change("u", {"a": None, "b": None}), 0, 5, key)
+    with pytest.raises(DecodeError, match=r"key column b is NULL$"):  # a tombstone: its key alone
+        decode(envelope({"a": 2, "b": None}), None, 0, 6, key)
+    # A record that has no key still says so: none at all, or one of other columns than its row's NULLs.
+    with pytest.raises(DecodeError, match=r"has no key \['a', 'b'\]"):
+        decode(None, null_key_change("c", {"a": None, "b": "y"}), 0, 7, key)
+    with pytest.raises(DecodeError, match=r"has no key \['a', 'b'\]"):
+        decode(envelope({"id": 1}), null_key_change("c", {"a": 1, "b": "y"}), 0, 8, key)
