@@ -85,7 +85,7 @@ class Supervisor:
         self.fingerprints: dict[str, str] = {}  # ... each one's fingerprint
         self.found_invalid: dict[str, str] = {}  # ... and those that do not, with their error
         self.follow_at = clock() + REGISTRATIONS_EVERY_S
-        self.unscanned: str | None = None  # why the tables directory could not be read, as last said
+        self.unscanned: str | None = None  # what the registrations' look could not do, as last said
 
     @property
     def failed(self) -> dict[str, CdcError]:
@@ -403,22 +403,34 @@ class Supervisor:
                 self.found = {r.name: r for r in loaded if jobstate.follows(r.name, self.selection)}
                 self.fingerprints = {name: fingerprint(r) for name, r in self.found.items()}
                 self.found_invalid = {b.name: str(b.error) for b in invalid if jobstate.follows(b.name, self.selection)}
-            new = [reg for name, reg in self.found.items() if name not in self.state.tables]
-            if files == self.files and not new:
-                return
-            ready = frozenset(self.ready(new)) if new else frozenset()
         except Exception as e:  # noqa: BLE001 - the job goes on with the tables it runs
-            if str(e) != self.unscanned:
-                log(f"the registrations under {directory} could not be read: {e}; the job goes on with the tables "
-                    f"it runs", event="registrations-unread", level="warning")
-            self.unscanned = str(e)
+            self.say_once(f"the registrations under {directory} could not be read: {e}; the job goes on with the "
+                          f"tables it runs")
             return
-        self.files, self.unscanned = files, None
+        new = [reg for name, reg in self.found.items() if name not in self.state.tables]
+        if files == self.files and not new:
+            return
+        try:
+            ready = frozenset(self.ready(new)) if new else frozenset()
+        except Exception as e:  # noqa: BLE001 - Kafka or the catalog not answering: asked at the next look
+            self.say_once(f"whether {', '.join(sorted(r.name for r in new))} are registered could not be told: {e}; "
+                          f"asked again at the next look")
+            ready = frozenset()
+        else:
+            self.unscanned = None
+        self.files = files
         self.tell(s.Registrations(dict(self.fingerprints), ready, self.found_invalid))
 
+    def say_once(self, message: str) -> None:
+        """A warning about the registrations' look, unless it is the one said last."""
+        if message != self.unscanned:
+            log(message, event="registrations-unread", level="warning")
+        self.unscanned = message
+
     def targets_ready(self, regs: list[TableRegistration]) -> list[str]:
-        """Those of `regs` whose topic and target exist (`cdc register` has made them)."""
-        topics = existing_topics(kafka_access(self.settings))
+        """Those of `regs` whose topic and target exist (`cdc register` has made them). Kafka
+        is asked briefly: while it does not answer, the loop goes on and asks at its next look."""
+        topics = existing_topics(kafka_access(self.settings), timeout_s=REGISTRATIONS_EVERY_S)
         ready = []
         for reg in regs:
             if topic_for(reg.source.name, reg) not in topics:

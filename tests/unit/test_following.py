@@ -220,6 +220,41 @@ def test_the_loop_starts_a_new_table_once_the_process_holding_its_lock_lets_it_g
     lent.release_all()
 
 
+def test_the_loop_goes_on_while_it_cannot_tell_whether_a_new_table_is_registered(tmp_path, capsys):
+    from cdc.errors import DependencyError
+    from cdc.jobs.supervisor import REGISTRATIONS_EVERY_S
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    for t in ("s.a", "s.n"):
+        registration(tables, t)
+    sup, clock = supervisor(tmp_path, {"s.a": FakeQuery(active=True), "s.n": FakeQuery(active=True)},
+                            available_now=False)
+    sup.registrations.pop("s.n")
+    sup.state.tables.discard("s.n")
+    answers = [DependencyError("Kafka at k:9092 is unreachable")] * 2 + [["s.n"]]
+
+    def ready(regs):
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    sup.follow, sup.ready = True, ready
+    sup.spark.streams.quiet = True
+    sup.start_all()
+    for _ in range(3):
+        clock.now += REGISTRATIONS_EVERY_S
+        sup.look()
+    assert capsys.readouterr().err.count("whether s.n are registered could not be told: Kafka at k:9092") == 1
+    assert sup.starter.started == ["s.a", "s.n"]
+    (tables / "s.a.yaml").unlink()
+    tables.rename(tmp_path / "gone")  # the directory itself: taken for unreadable, not for every table removed
+    clock.now += REGISTRATIONS_EVERY_S
+    sup.look()
+    assert set(sup.queries) == {"s.a", "s.n"} and "could not be read" in capsys.readouterr().err
+
+
 # `cdc status`: a registered table no running job takes.
 
 def test_a_table_no_running_job_takes_is_not_running_and_one_a_job_follows_is_not(tmp_path):
