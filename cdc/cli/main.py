@@ -451,16 +451,18 @@ def parser() -> argparse.ArgumentParser:
                            "runs kept in the history table")
     rc.add_argument("--deep", action="store_true",
                     help="also compare the rows: checksums of key ranges on both sides, bisected down to the keys "
-                         "that differ (PostgreSQL sources; reads the table through Spark)")
+                         "that differ (both source kinds; reads the table through Spark)")
     rc.add_argument("--limit", type=_positive, default=100, metavar="N",
                     help="with --deep: list at most N differing keys per table (default 100)")
     rc.add_argument("--out", metavar="FILE", help="write the report here instead of standard output")
     rc.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
-                    help="how long to wait for the target to catch up with the source's position (default 60)")
+                    help="how long to wait for a target commit at the source's count, which a running job is "
+                         "asked to make (default 60)")
 
     rr = command(sub, "repair", "fix the keys `reconcile --deep` finds differing: delete the target's rows the source "
-                                "does not hold, and have Debezium read the others again (PostgreSQL sources; exit 0 "
-                                "when the table is then exact, 1 when keys still differ)", _repair)
+                                "does not hold, and have Debezium read the others again (both source kinds; exit 0 "
+                                "when the table is then exact, 1 when keys still differ, 5 when the compare after "
+                                "it could not be made within --wait)", _repair)
     rr.add_argument("--table", action="append", required=True, metavar="NAME", help=ONE_TABLE_HELP)
     rr.add_argument("--dry-run", action="store_true", help="say what would be fixed, and change nothing")
     rr.add_argument("--max-keys", type=_positive, default=MAX_KEYS, metavar="N",
@@ -468,7 +470,7 @@ def parser() -> argparse.ArgumentParser:
                          f"{MAX_KEYS})")
     rr.add_argument("--json", action="store_true", help="print JSON")
     rr.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
-                    help="how long each compare waits for the target to catch up (default 60)")
+                    help="how long each compare waits for a target commit at the source's count (default 60)")
 
     mt = command(sub, "maintain", "compact data and delete files, expire old snapshots, remove orphan files; safe "
                                   "while the job runs", _maintain)

@@ -239,3 +239,48 @@ def topic_id(kafka: Brokers, topic: str) -> str | None:
             return None
         raise w.failure(e) from None
     return str(desc.topic_id) if getattr(desc, "topic_id", None) is not None else None
+
+
+class RecordProbe:
+    """One consumer that reads single records of a topic at chosen offsets (a binary search's
+    few reads: control/barrier.py `first_uncounted`)."""
+
+    def __init__(self, kafka: Brokers, topic: str, timeout_s: float = 15):
+        from confluent_kafka import Consumer
+
+        self.topic, self.timeout_s, self.watched = topic, timeout_s, Watched(kafka)
+        self.consumer = Consumer(self.watched.conf(**{
+            "group.id": "cdc-probe-records", "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "enable.partition.eof": True, "fetch.wait.max.ms": 10}))
+
+    def __enter__(self) -> "RecordProbe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.consumer.close()
+
+    def at(self, partition: int, offset: int):
+        """The record at `offset` of the partition, or the first one kept after it; None at
+        the partition's end."""
+        from confluent_kafka import TopicPartition
+
+        try:
+            self.consumer.assign([TopicPartition(self.topic, partition, offset)])
+            deadline = time.monotonic() + self.timeout_s
+            while time.monotonic() < deadline:
+                msg = self.consumer.poll(0.5)
+                if msg is None or msg.partition() != partition:
+                    continue
+                if msg.error() is None:
+                    if msg.offset() >= offset:
+                        return msg
+                    continue
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return None
+                raise DependencyError(f"Kafka at {self.watched.access.bootstrap}: cannot read {self.topic}: "
+                                      f"{msg.error()}")
+        except KafkaException as e:
+            raise self.watched.failure(e) from None
+        raise DependencyError(f"Kafka at {self.watched.access.bootstrap}: no record of {self.topic} partition "
+                              f"{partition} at offset {offset} within {self.timeout_s:.0f} s",
+                              hint="check the broker's health (`cdc stack status`)")

@@ -15,7 +15,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc.control import commits
+from cdc.control import barrier, commits
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
@@ -225,6 +225,7 @@ class TableApplier:
     # The Kafka records of topics' ranges for the direct path's task to read itself
     # (reading.kafka_records; None: it reads the query's batch).
     kafka_records: Callable[[dict], KafkaRecords] | None = field(default=None, repr=False)
+    state_dir: Path | None = None  # where a reconciler asks for a commit at its count (control/barrier.py)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
@@ -240,6 +241,7 @@ class TableApplier:
     compacted_at: int | None = field(default=None, repr=False)  # the target's data files after its last rewrite
     partitions: int | None = field(default=None, repr=False)  # the most the target's spec holds (read once)
     remembered_since: int = field(default=0, repr=False)  # the delete memory's inserts since the last rewrite
+    ends_at: dict[int, int] | None = field(default=None, repr=False)  # a batch's first part's end (a barrier's)
 
     def prepare(self, spark, summary: dict | None = None, ready: bool = False) -> "TableApplier":
         """Read the record schemas judged for the target from its last commit (`summary`, read
@@ -262,11 +264,15 @@ class TableApplier:
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0, records: int | None = None,
-                 direct: bool = True, kafka: KafkaRecords | None = None) -> None:
+                 direct: bool = True, kafka: KafkaRecords | None = None, end: dict[int, int] | None = None) -> None:
         """Apply a batch, after it waited `waited_s` for a slot (slots.BatchSlots), of `records`
         Kafka records when the caller knows them (a shared query's range of the table; else
         `planned_records`); `direct` false when the direct path has just refused it; `kafka`,
-        the same records for the direct path's task to read itself (else it reads `batch`)."""
+        the same records for the direct path's task to read itself (else it reads `batch`);
+        `end`, where the batch ends when the caller knows it (else the checkpoint's log tells).
+        A reconciler's barrier (control/barrier.py) inside the batch makes it two commits."""
+        if self.ends_at is None and self.skip_committed:
+            self._apply_to_barrier(batch, batch_id, waited_s, direct, end)
         spark = batch.sparkSession
         self.timer = BatchTimer()
         if waited_s >= WAIT_SHOWN_S:
@@ -312,6 +318,29 @@ class TableApplier:
         with self.timer.step("schema"):
             refused = self._evolve(spark, table, batch)
         self._decode_and_apply(spark, table, batch, summary, committed, batch_id, refused)
+
+    def _apply_to_barrier(self, batch: DataFrame, batch_id: int, waited_s: float, direct: bool,
+                          end: dict[int, int] | None) -> None:
+        """The batch's records before a reconciler's barrier, applied as a batch of their own
+        that ends there (the rest is applied after it, past the offsets it commits), when the
+        barrier lies inside the batch."""
+        offsets = barrier.placed(self.state_dir, self.name)
+        end = end if end is not None else self._planned_end(batch_id)
+        if offsets is None or not end:
+            return
+        committed = commits.parse_offsets(open_table(batch.sparkSession, self.target_ref)
+                                          .last_committed_summary()).get(self.topic, {})
+        cut = barrier.split_at(committed, end, offsets)
+        if cut is None:
+            return
+        before = reduce(lambda a, b: a | b, [(F.col("partition") == p) & (F.col("offset") < o) for p, o in cut.items()])
+        log(f"batch {batch_id} applied in two commits, the first ending at a reconciler's count: {cut}",
+            table=self.name, event="barrier", batch_id=batch_id, offsets={str(p): o for p, o in cut.items()})
+        self.ends_at = cut
+        try:
+            self(batch.where(before), batch_id, waited_s, direct=direct)
+        finally:
+            self.ends_at = None
 
     def _decode_and_apply(self, spark, table, batch: DataFrame, summary: dict | None, committed: dict[int, int],
                           batch_id: int, refused: dict | None) -> None:
@@ -552,7 +581,10 @@ class TableApplier:
         return self.kafka_records({self.topic: (start, end)})
 
     def _planned_end(self, batch_id: int) -> dict[int, int]:
-        """This batch's end offsets from the checkpoint's offset log (empty if unreadable)."""
+        """This batch's end offsets from the checkpoint's offset log (empty if unreadable), or
+        where its part before a barrier ends."""
+        if self.ends_at is not None:
+            return dict(self.ends_at)
         if self.checkpoint is None:
             return {}
         return (batch_end_offsets(self.checkpoint, batch_id) or {}).get(self.topic, {})

@@ -68,6 +68,7 @@ class Queries:
         settings = self.settings
         return applier_type(reg.name, target.ref, target.topic, target.columns, target.key,
                             job=f"{reg.name}@{checkpoint}", checkpoint=checkpoint, skip_committed=skip_committed,
+                            state_dir=settings.state_dir,
                             topic_id=target.topic_id, held=target.held, on_error=reg.options.on_error,
                             dead_letters_ref=target.dead_letters_ref, deletes_ref=target.deletes_ref,
                             delete_horizon_hours=reg.options.delete_horizon_hours,

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from cdc.config.models import TableRegistration
+from cdc.control import barrier
 from cdc.control.checkpoint import batch_end_offsets
 from cdc.errors import ApplyError
 from cdc.jobs.backlog import claim
@@ -265,9 +266,11 @@ class SharedBatch:
         that needs a batch of its own (or is alone) by its applier; by table, True when applied
         or its error."""
         done: dict[str, bool | BaseException] = {}
-        if len(ranges) > 1:
+        # A table a reconciler holds (control/barrier.py) is applied alone, where its batch can be cut.
+        together = {n: r for n, r in ranges.items() if barrier.read(self.appliers[n].state_dir, n) is None}
+        if len(together) > 1:
             try:
-                done = self.apply_together(ranges, waited_s)
+                done = self.apply_together(together, waited_s)
             except Exception as e:  # noqa: BLE001 - each table is then applied alone, its own error its own
                 log(f"{len(ranges)} tables' batches could not share a job, each is applied alone: "
                     f"{str(e).splitlines()[0][:300]}", event="together-failed", level="warning", tables=sorted(ranges))
@@ -276,10 +279,11 @@ class SharedBatch:
                 continue
             try:
                 if done.get(name) is False:  # the direct path just refused it
-                    self.appliers[name](self.read(name, start, end), batch_id, waited_s, records, direct=False)
+                    self.appliers[name](self.read(name, start, end), batch_id, waited_s, records, direct=False,
+                                        end=end)
                 else:
                     self.appliers[name](self.read(name, start, end), batch_id, waited_s, records,
-                                        kafka=self.kafka_records(name, start, end))
+                                        kafka=self.kafka_records(name, start, end), end=end)
                 done[name] = True
             except BaseException as e:  # noqa: BLE001 - the table's failure, not the others'
                 done[name] = e

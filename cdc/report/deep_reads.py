@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from cdc.config.models import Settings, TableRegistration
 from cdc.errors import SourceError
 from cdc.log import log
+from cdc.planning.counted import CountPoint
 from cdc.planning.drift import differences
 from cdc.planning.protect import mask_columns, target_mask_key
 from cdc.planning.sql import q
@@ -88,19 +89,22 @@ class DeepReads:
 
     @contextmanager
     def held(self, reg: TableRegistration):
-        """The source's rows at one log position while the block runs. Yields (rows, position,
-        position as text, (the rows as a DataFrame, what is compared) or None when the table
-        has no target yet: then only the count is read)."""
+        """The source's rows at one log position while the block runs. Yields (rows, where
+        they were counted (planning/counted.py), that position as text, (the rows as a
+        DataFrame, what is compared) or None when the table has no target yet: then only the
+        count is read)."""
         compared, source = self._compared(reg), module_of(self.settings, reg.source.name)
         if compared is None:
             with source.connect(self.settings, reg.source.name) as conn:
-                yield *source.count_at_position(conn, reg), None
+                rows, position, shown, horizon = source.count_at_position(conn, reg)
+                yield rows, CountPoint.of(position, horizon, shown), shown, None
         elif source is mariadb:
             with self._held_mariadb(reg, compared) as held:
                 yield held
         else:
             with postgres.counted_snapshot(self.settings, reg) as (rows, position, shown, snapshot):
-                yield rows, position, shown, (self._postgres_rows(reg, compared, snapshot), compared)
+                yield (rows, CountPoint.of(position, snapshot.horizon, shown), shown,
+                       (self._postgres_rows(reg, compared, snapshot), compared))
 
     def _postgres_rows(self, reg: TableRegistration, compared: Compared, snapshot) -> DataFrame:
         from cdc.bootstrap import jdbc
@@ -127,7 +131,7 @@ class DeepReads:
                                   hint="Debezium needs the binary log: start mariadbd with --log-bin")
             position = (mariadb.binlog_index(file_name), int(pos))
             rows_frame = self._in_target_form(reg, wire.where(F.col("_cdc_row").isNotNull()), compared, taken_at)
-            yield int(rows), position, f"{file_name}:{int(pos)}", (rows_frame, compared)
+            yield int(rows), CountPoint(position), f"{file_name}:{int(pos)}", (rows_frame, compared)
         finally:
             wire.unpersist()
 

@@ -1,7 +1,9 @@
-"""`cdc reconcile`: per table, the source's row count (read in one snapshot, with the WAL
-position it reflects) against the target's, once the target has caught up with that
-position; OK, DRIFT, IN-FLIGHT when changes are still in transit, or CAPTURE-STOPPED when
-the source's capture does not run (then nothing can be said of the changes it holds)."""
+"""`cdc reconcile`: per table, the source's row count (read in one snapshot) against the
+target's at the commit that ends exactly where the count was taken: one in its history, or
+one its running job is asked to make (control/barrier.py), so a table that never stops
+changing is compared too. OK, DRIFT, IN-FLIGHT when no such commit came within the wait,
+or CAPTURE-STOPPED when the source's capture does not run (then nothing can be said of the
+changes it holds)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -14,51 +16,69 @@ from pyiceberg.exceptions import NoSuchTableError
 from cdc import errors
 from cdc.config.loader import InvalidRegistration
 from cdc.config.models import Settings, TableRegistration
+from cdc.control import barrier, jobstate
 from cdc.log import log
-from cdc.planning.position import after_count
+from cdc.planning.counted import CountPoint
 from cdc.planning.protect import target_mask_key
 from cdc.register.capture import source_capture
 from cdc.register.connector import ConnectClient, connector_name
 from cdc.report import document, history
+from cdc.report.boundary import boundary
 from cdc.report.deep_reads import DeepReads
 from cdc.planning.drift import differences
 from cdc.report.status import table_status
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
-from cdc.sinks.found import found_target
+from cdc.sinks.found import commit_at, found_target
 from cdc.sinks.iceberg import live_rows_filter
 from cdc.sources import module_of
 
 OK, DRIFT, IN_FLIGHT, CAPTURE_STOPPED, INVALID = "OK", "DRIFT", "IN-FLIGHT", "CAPTURE-STOPPED", "INVALID"
 PROGRESS_EVERY_S = 10  # how often a table still in flight logs what it waits for
+POLL_S = 0.25  # how often the target's commits are looked at while waiting for one at the count
 
 
-def verdict(source_rows: int, target_rows: int | None, caught_up: bool, target_past_source: bool) -> str:
-    """OK when the counts agree and the target has applied every change captured up to the
-    source's count; a difference is DRIFT only once it has applied everything up to the
-    source's count and nothing after it; else IN-FLIGHT."""
-    if target_rows == source_rows and caught_up:
-        return OK
-    return DRIFT if caught_up and not target_past_source else IN_FLIGHT
+def verdict(source_rows: int, target_rows: int | None, at_count: bool) -> str:
+    """Compared at a target commit that ends exactly at the source's count (`at_count`): OK
+    when the counts agree, else DRIFT; not compared: IN-FLIGHT."""
+    if not at_count:
+        return IN_FLIGHT
+    return OK if target_rows == source_rows else DRIFT
+
+
+def not_compared(captured: bool, registered: bool, job_state: str, lag: int | None) -> str:
+    """Why a table was not compared within the wait, and what to do about it."""
+    if not registered:
+        return "its target does not exist yet: run `cdc register`, then its job"
+    if not captured:
+        return ("Debezium had not captured the changes the count holds within the wait: check the source's "
+                "connector (`cdc status`), or run again with a longer --wait")
+    if job_state != jobstate.RUNNING:
+        return (f"no job applies the table (its job is {job_state}) and its target has no commit at the count: "
+                f"run its job (`cdc run`, or `cdc run --available-now` once), then reconcile again")
+    return (f"its running job made no commit at the count within the wait (lag {lag if lag is not None else '?'}): "
+            f"it is behind, or a batch holds more than the wait allows; run again with a longer --wait, or see "
+            f"`cdc status`")
 
 
 @contextmanager
 def _source_count(settings: Settings, reg: TableRegistration, deep):
-    """Rows of the source table and the log position they reflect, in one snapshot (held
-    while the block runs with `deep`, its rows to be compared); then a marker transaction
-    (Debezium's `log` signal): once the connector has captured it, every change the count
-    reflects is in Kafka. Yields (rows, position, position text, marker, held rows or None)."""
+    """Rows of the source table and where they were counted (planning/counted.py), in one
+    snapshot (held while the block runs with `deep`, its rows to be compared); then a
+    marker transaction (Debezium's `log` signal): once the connector has captured it, every
+    change the count reflects is in Kafka. Yields (rows, count point, position text,
+    marker, held rows or None)."""
     kind = module_of(settings, reg.source.name)
     if deep is not None:
-        with deep.held(reg) as (rows, position, shown, held):
+        with deep.held(reg) as (rows, point, shown, held):
             with kind.connect(settings, reg.source.name) as conn:
                 marker = kind.write_marker(conn, settings.sources[reg.source.name].signal_table)
-            yield rows, position, shown, marker, held
+            yield rows, point, shown, marker, held
         return
     with kind.connect(settings, reg.source.name) as conn:
-        rows, position, shown = kind.count_at_position(conn, reg)
+        rows, position, shown, horizon = kind.count_at_position(conn, reg)
         marker = kind.write_marker(conn, settings.sources[reg.source.name].signal_table)
-    yield rows, position, shown, marker, None
+    yield rows, CountPoint.of(position, horizon, shown), shown, marker, None
 
 
 def _target_count(settings: Settings, catalog, reg: TableRegistration, snapshot_id: int | None) -> int | None:
@@ -81,53 +101,80 @@ def _target_count(settings: Settings, catalog, reg: TableRegistration, snapshot_
 def reconcile_table(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration,
                     wait_s: float, deep=None, clock=time.monotonic, sleep=time.sleep,
                     capture: dict | None = None) -> dict:
-    """One table's row. `deep` (report/deep_reads.py), when given, compares the rows
-    themselves once the target has caught up. `capture` (register/capture.py): its
-    source's; a source that does not capture is reported at once, without waiting."""
+    """One table's row: the source counted, and the target at the commit that ends exactly
+    at the count, which a running job is asked to make (control/barrier.py) when none does;
+    counted again when the job went past the count first, until `wait_s` has passed. `deep`
+    (report/deep_reads.py), when given, compares the rows themselves there. `capture`
+    (register/capture.py): its source's; a source that does not capture is reported at
+    once, without waiting."""
     stopped = capture is not None and not capture["capturing"]
-    with _source_count(settings, reg, deep) as (source_rows, source_position, shown, marker, held):
-        deadline, shown_at = clock() + wait_s, clock()
-        while True:
-            # The marker first: once it is captured, the lag read next covers every change counted.
-            captured = marker.captured_by(client.offsets(connector_name(reg.source.name)))
-            status = table_status(settings, catalog, reg)
-            target_rows = _target_count(settings, catalog, reg, status.get("snapshot_id"))
-            caught_up = captured and status.get("registered", False) and status["lag"] == 0
-            if caught_up or stopped or clock() >= deadline:
-                break
-            if clock() - shown_at >= PROGRESS_EVERY_S:
-                shown_at = clock()
-                log(f"waiting for the target to catch up: marker {'captured' if captured else 'not captured yet'}, "
-                    f"lag {status.get('lag')}, {target_rows} of {source_rows} rows, "
-                    f"{max(0, deadline - clock()):.0f}s left", table=reg.name, event="progress",
-                    marker_captured=captured, lag=status.get("lag"), target_rows=target_rows,
-                    source_rows=source_rows)
-            sleep(1.0)
-        position = status.get("position")
-        past = bool(position) and after_count(position, source_position)
-        state = verdict(source_rows, target_rows, caught_up, past)
-        row = {
-            "table": reg.name, "target": status["target"], "status": state,
-            "source_rows": source_rows, "target_rows": target_rows, "difference": (target_rows or 0) - source_rows,
-            "source_position": shown,
-            "target_position": position, "source_commit_time": status.get("source_commit_time"),
-            "lag": status.get("lag"), "dead_letters": status.get("dead_letters", 0),
-            "checked_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        }
-        if stopped:
-            row["status"], row["reason"] = CAPTURE_STOPPED, capture["reason"]
+    deadline = clock() + wait_s
+    while True:
+        row = _counted_once(settings, catalog, client, reg, deadline, deep, clock, sleep, stopped)
+        if row is not None:
+            break
+        log("the table's job went past the count before a commit at it: counting again", table=reg.name,
+            event="recount")
+    if stopped:
+        row["status"], row["reason"] = CAPTURE_STOPPED, capture["reason"]
+    return row
+
+
+def _counted_once(settings: Settings, catalog, client: ConnectClient, reg: TableRegistration, deadline: float,
+                  deep, clock, sleep, stopped: bool) -> dict | None:
+    """One count and the compare at it; None when the target went past the count with no
+    commit at it (and time is left to count again)."""
+    request = None if stopped else barrier.hold(settings.state_dir, reg.name, max(1.0, deadline - clock()))
+    try:
+        with _source_count(settings, reg, deep) as (source_rows, point, shown, marker, held):
+            at, found, shown_at = None, None, clock()
+            while True:
+                # The marker first: once it is captured, every change the count holds is in Kafka.
+                captured = marker.captured_by(client.offsets(connector_name(reg.source.name)))
+                status = table_status(settings, catalog, reg)
+                registered = status.get("registered", False) and bool(status.get("topic"))
+                if captured and registered and at is None:
+                    at = boundary(settings, status["topic"], point, settings.sources[reg.source.name].format == "avro")
+                    if request is not None:
+                        request = barrier.place(settings.state_dir, reg.name, request, at)
+                if at is not None:
+                    found = commit_at(settings, catalog, reg, status["topic"], at)
+                if found is not None or stopped or clock() >= deadline:
+                    break
+                committed = {int(p): o for p, o in status.get("committed_offsets", {}).items()}
+                if at is not None and barrier.missed(committed, at):
+                    return None
+                if clock() - shown_at >= PROGRESS_EVERY_S:
+                    shown_at = clock()
+                    log(f"waiting for a commit at the count: marker {'captured' if captured else 'not captured yet'}, "
+                        f"lag {status.get('lag')}, {max(0, deadline - clock()):.0f}s left", table=reg.name,
+                        event="progress", marker_captured=captured, lag=status.get("lag"), source_rows=source_rows)
+                sleep(POLL_S)
+            snapshot_id = found["snapshot_id"] if found else status.get("snapshot_id")
+            target_rows = _target_count(settings, catalog, reg, snapshot_id)
+            row = {
+                "table": reg.name, "target": status["target"], "status": verdict(source_rows, target_rows, bool(found)),
+                "source_rows": source_rows, "target_rows": target_rows, "difference": (target_rows or 0) - source_rows,
+                "source_position": shown,
+                "target_position": status.get("position"), "source_commit_time": status.get("source_commit_time"),
+                "lag": status.get("lag"), "dead_letters": status.get("dead_letters", 0),
+                "compared_snapshot": found["snapshot_id"] if found else None,
+                "checked_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            }
+            if not found and not stopped:
+                row["reason"] = not_compared(captured, registered, status["job"]["state"], status.get("lag"))
+            if deep is not None and not stopped:
+                if found and held is not None:
+                    compared = deep.compare(reg, held, found["snapshot_id"])
+                    row["deep"] = {"compared": True, **compared}
+                    if differences(compared):
+                        row["status"] = DRIFT
+                else:
+                    row["deep"] = {"compared": False, "reason": row.get("reason") or "the target has no rows yet"}
             return row
-        if deep is not None:
-            if caught_up and not past and held is not None:
-                found = deep.compare(reg, held, status.get("snapshot_id"))
-                row["deep"] = {"compared": True, **found}
-                row["status"] = DRIFT if differences(found) else state
-            else:
-                row["deep"] = {"compared": False, "reason": "the target had not caught up with the source's "
-                               "snapshot, or moved past it, within the wait; run again when changes are fewer, "
-                               "or with a longer --wait"}
-                row["status"] = IN_FLIGHT if state == OK else state
-        return row
+    finally:
+        if request is not None:
+            barrier.withdraw(settings.state_dir, reg.name, request)
 
 
 def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float = 60.0, deep: bool = False,

@@ -9,6 +9,7 @@ import sys
 
 from pyspark.sql import functions as F
 
+from cdc import errors
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import jobstate
 from cdc.errors import CdcError
@@ -44,7 +45,10 @@ def repair(settings: Settings, reg: TableRegistration, max_keys: int = MAX_KEYS,
         _fix(settings, reg, plan, compared["snapshot_id"])
         run(settings, [reg], available_now=True)  # the reads, and the changes made meanwhile
     after = _compare(settings, reg, max_keys, wait_s, required=False)
-    result["after"] = {"status": after["status"], **({k: after["deep"][k] for k in KINDS} if "deep" in after else {})}
+    result["after"] = {"status": after["status"], **({k: after["deep"][k] for k in KINDS} if "deep" in after else {}),
+                       "keys": after.get("deep", {}).get("keys", [])}
+    if "deep" not in after:
+        result["after"]["reason"] = after.get("reason")
     return result
 
 
@@ -59,10 +63,8 @@ def _compare(settings: Settings, reg: TableRegistration, max_keys: int, wait_s: 
             row.pop("deep", None)
             return row
         reason = row.get("reason") or row.get("deep", {}).get("reason") or row["status"]
-        raise CdcError(f"table {reg.name}: its rows were not compared ({row['status']}): {reason}",
-                       hint=f"the compare needs the target caught up with the source: run the table's job "
-                            f"(`cdc run --table {reg.name}`, or `--available-now` once), then `cdc repair` again",
-                       table=reg.name)
+        raise CdcError(f"table {reg.name}: its rows were not compared ({row['status']})",
+                       hint=reason, table=reg.name)
     return {**row, "snapshot_id": deep.target_snapshots.get(reg.name)}
 
 
@@ -120,10 +122,12 @@ def _reread(settings: Settings, reg: TableRegistration, key: tuple[str, ...], ke
 
 
 def exit_code(result: dict) -> int:
-    """0: nothing differs (after the repair, or found), or a dry run; 1: keys still differ."""
+    """0: nothing differs (after the repair, or found), or a dry run; 1: keys still differ
+    once compared at a commit after the repair; 5 (in flight): the compare after it could
+    not be made within the wait."""
     if result["dry_run"] or "after" not in result:
         return 0
-    return 0 if result["after"]["status"] == "OK" else 1
+    return {"OK": errors.OK, "DRIFT": errors.DIFFERENCE}.get(result["after"]["status"], errors.IN_FLIGHT)
 
 
 def format_text(result: dict) -> str:
@@ -140,5 +144,9 @@ def format_text(result: dict) -> str:
     if "after" in result:
         after = result["after"]
         left = sum(after.get(kind, 0) for kind in KINDS)
-        lines.append(f"  after the repair: {after['status']}" + (f", {left} key(s) still differ" if left else ""))
+        lines.append(f"  after the repair: {after['status']}" + (f", {left} key(s) still differ" if left else "")
+                     + (f" (not compared: {after['reason']})" if after.get("reason") else ""))
+        if after.get("keys"):
+            shown = ", ".join(f"{k['kind']} {k['key']}" for k in after["keys"][:10])
+            lines.append(f"  still differing: {shown}{', ...' if len(after['keys']) > 10 else ''}")
     return "\n".join(lines)

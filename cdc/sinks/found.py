@@ -2,6 +2,8 @@
 delta-rs): its properties, newest summary with offsets, location, snapshot and dead letters."""
 from __future__ import annotations
 
+import json
+
 from pyiceberg.exceptions import NoSuchTableError
 
 from cdc.config.models import Settings, TableRegistration
@@ -52,3 +54,53 @@ def _delta(settings: Settings, reg: TableRegistration) -> dict | None:
 def found_target(settings: Settings, catalog, reg: TableRegistration) -> dict | None:
     """The table's target as status reads it (its properties, newest summary, ...), or None."""
     return _delta(settings, reg) if reg.sink == "delta" else _iceberg(catalog, reg)
+
+
+SEARCHED_COMMITS = 500  # the newest commits looked through for one at a reconciler's barrier
+
+
+def commit_at(settings: Settings, catalog, reg: TableRegistration, topic: str, offsets: dict[int, int]) -> dict | None:
+    """The target's state at the commit whose offsets of `topic` end exactly at `offsets`
+    (control/barrier.py): {"snapshot_id": the newest snapshot (Delta: version) before the
+    next commit with offsets, so that what was written with none since (an operator's
+    DELETE, a repair, a rewrite) counts}; None when its newest commits hold none."""
+    def exact(summary: dict | None) -> bool | None:
+        """Whether a commit's offsets are the barrier's (None: it carries none)."""
+        if not summary or commits.OFFSETS not in summary:
+            return None
+        found = commits.parse_offsets(summary).get(topic, {})
+        return all(found.get(p, 0) == offsets.get(p, 0) for p in set(found) | set(offsets))
+
+    empty = not any(offsets.values())  # a topic with no record: the target as it is holds the count
+    if reg.sink == "delta":
+        table = delta.open_table(delta.location(settings, reg.target))
+        if empty and table is not None:
+            return {"snapshot_id": table.version()}
+        top = None
+        for commit in table.history(SEARCHED_COMMITS) if table is not None else []:
+            top = int(commit["version"]) if top is None else top
+            meta = commit.get("userMetadata")
+            found = exact(json.loads(meta)) if meta else None
+            if found:
+                return {"snapshot_id": top}
+            if found is False:
+                top = None  # the commits above hold changes past the barrier
+        return None
+    try:
+        table = catalog.load_table(reg.target)
+    except NoSuchTableError:
+        return None
+    snap, top = table.current_snapshot(), None
+    if empty:
+        return {"snapshot_id": snap.snapshot_id if snap else None}
+    for _ in range(SEARCHED_COMMITS):
+        if snap is None:
+            return None
+        top = snap.snapshot_id if top is None else top
+        found = exact(snap.summary.additional_properties if snap.summary else None)
+        if found:
+            return {"snapshot_id": top}
+        if found is False:
+            top = None
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return None

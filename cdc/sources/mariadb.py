@@ -235,10 +235,10 @@ def binlog_index(file_name: str) -> int:
     return int(m.group(1))
 
 
-def count_at_position(conn: pymysql.Connection, reg: TableRegistration) -> tuple[int, tuple[int, int], str]:
+def count_at_position(conn: pymysql.Connection, reg: TableRegistration) -> tuple[int, tuple[int, int], str, None]:
     """The table's rows and the binary log position they reflect, in one consistent snapshot
     (MariaDB reports the position of a consistent-snapshot transaction). Returns (rows,
-    (binlog file index, position), the position as text)."""
+    (binlog file index, position), the position as text, None: the position says it all)."""
     with conn.cursor() as cur:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         cur.execute(f"SELECT count(*) FROM {qualified(reg)}")
@@ -247,7 +247,7 @@ def count_at_position(conn: pymysql.Connection, reg: TableRegistration) -> tuple
         status = {k.lower(): v for k, v in cur.fetchall()}
         cur.execute("COMMIT")
     file_name, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-    return int(rows), (binlog_index(file_name), pos), f"{file_name}:{pos}"
+    return int(rows), (binlog_index(file_name), pos), f"{file_name}:{pos}", None
 
 
 def has_rows(conn: pymysql.Connection, reg: TableRegistration) -> bool:

@@ -260,13 +260,14 @@ def check_binlog(conn: psycopg.Connection, name: str) -> None:
     """Nothing to check here: Debezium's own start-up tells a missing wal_level=logical."""
 
 
-def count_at_position(conn: psycopg.Connection, reg: TableRegistration) -> tuple[int, tuple[int], str]:
+def count_at_position(conn: psycopg.Connection, reg: TableRegistration) -> tuple[int, tuple[int], str, str]:
     """The table's rows and the WAL position they reflect, in one snapshot. Returns
-    (rows, (LSN,), the LSN as text)."""
+    (rows, (LSN,), the LSN as text, the snapshot's horizon: pg_current_snapshot()::text)."""
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-    rows, lsn = conn.execute(f"SELECT count(*), pg_current_wal_lsn()::text FROM {qualified(reg)}").fetchone()
+    rows, lsn, horizon = conn.execute(f"SELECT count(*), pg_current_wal_lsn()::text, pg_current_snapshot()::text "
+                                      f"FROM {qualified(reg)}").fetchone()
     conn.execute("COMMIT")
-    return int(rows), (parse_lsn(lsn),), lsn
+    return int(rows), (parse_lsn(lsn),), lsn, horizon
 
 
 def ident(name: str) -> str:
@@ -307,7 +308,7 @@ def exported_snapshot(settings: Settings, name: str):
 def counted_snapshot(settings: Settings, reg: TableRegistration):
     """`count_at_position` inside an exported snapshot held open while the block runs, so
     the rows counted can be read again (in parallel, through JDBC). Yields (rows, (LSN,),
-    the LSN as text, the ExportedSnapshot)."""
+    the LSN as text, the ExportedSnapshot: its `horizon` says which transactions it sees)."""
     with exported_snapshot(settings, reg.source.name) as snap:
         (rows,) = snap.conn.execute(f"SELECT count(*) FROM {qualified(reg)}").fetchone()
         yield int(rows), (parse_lsn(snap.wal_lsn),), snap.wal_lsn, snap

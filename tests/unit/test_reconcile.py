@@ -3,14 +3,23 @@ import json
 from cdc.report.reconcile import CAPTURE_STOPPED, DRIFT, IN_FLIGHT, OK, exit_code, format_json, format_text, verdict
 
 
-def test_verdict_tells_drift_from_changes_in_transit():
-    assert verdict(10, 10, caught_up=True, target_past_source=False) == OK
-    # equal counts while a change is still on its way (not captured, or not applied) are not OK
-    assert verdict(10, 10, caught_up=False, target_past_source=False) == IN_FLIGHT
-    assert verdict(10, 9, caught_up=True, target_past_source=False) == DRIFT
-    assert verdict(10, 9, caught_up=False, target_past_source=False) == IN_FLIGHT  # not applied yet
-    assert verdict(10, 11, caught_up=True, target_past_source=True) == IN_FLIGHT  # newer changes applied
-    assert verdict(10, None, caught_up=False, target_past_source=False) == IN_FLIGHT
+def test_verdict_compares_only_at_a_commit_that_ends_at_the_count():
+    assert verdict(10, 10, at_count=True) == OK
+    assert verdict(10, 9, at_count=True) == DRIFT
+    assert verdict(10, 11, at_count=True) == DRIFT
+    # no commit at the count: equal counts say nothing (a change may be on its way)
+    assert verdict(10, 10, at_count=False) == IN_FLIGHT
+    assert verdict(10, None, at_count=False) == IN_FLIGHT
+
+
+def test_in_flight_hint_says_what_to_do_for_the_table_as_it_is():
+    from cdc.report.reconcile import not_compared
+
+    assert "cdc register" in not_compared(True, False, "never-run", None)
+    assert "connector" in not_compared(False, True, "running", 5)
+    assert "run its job" in not_compared(True, True, "stopped", 5)
+    running = not_compared(True, True, "running", 12)
+    assert "run its job" not in running and "lag 12" in running and "--wait" in running
 
 
 def test_exit_code_and_text_report():

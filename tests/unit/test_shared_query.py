@@ -45,7 +45,7 @@ def test_a_table_s_first_plan_with_records_is_found_by_bisection_as_by_asking_ev
     from cdc.jobs.slots import BatchSlots
 
     class Applier:
-        topic = "t.a"
+        topic, state_dir = "t.a", None
 
         def __call__(self, *args):
             raise AssertionError("no plan is applied")
@@ -81,10 +81,12 @@ def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_f
     applied = []
 
     class Applier:
+        state_dir = None
+
         def __init__(self, topic, fail=False):
             self.topic, self.fail = topic, fail
 
-        def __call__(self, part, batch_id, waited_s, records, kafka=None):
+        def __call__(self, part, batch_id, waited_s, records, kafka=None, end=None):
             if self.fail:
                 raise ValueError("bad record")
             applied.append((part, batch_id, records))
@@ -125,10 +127,12 @@ def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(t
     applied = []
 
     class Applier:
+        state_dir = None  # no reconciler's barrier (control/barrier.py)
+
         def __init__(self, topic):
             self.topic = topic
 
-        def __call__(self, part, batch_id, waited_s, records, kafka=None):
+        def __call__(self, part, batch_id, waited_s, records, kafka=None, end=None):
             applied.append((part, batch_id))
 
     def plan(batch_id, ends):
@@ -196,13 +200,15 @@ def test_a_worker_applies_several_tables_in_one_job_and_alone_those_that_need_it
     alone, together_calls = [], []
 
     class Applier:
+        state_dir = None
+
         def __init__(self, topic, joins=True):
             self.topic, self.joins = topic, joins
 
         def joins_others(self):
             return self.joins
 
-        def __call__(self, part, batch_id, waited_s, records, direct=True, kafka=None):
+        def __call__(self, part, batch_id, waited_s, records, direct=True, kafka=None, end=None):
             alone.append((part[0], batch_id, records, direct))
 
     def apply_together(ranges, waited_s):
@@ -241,6 +247,8 @@ def test_the_tables_joining_a_job_are_those_waiting_longest(tmp_path):
     calls, now = [], [0.0]
 
     class Applier:
+        state_dir = None  # no reconciler's barrier (control/barrier.py)
+
         def __init__(self, topic):
             self.topic = topic
 

@@ -1,0 +1,97 @@
+"""`reconcile`, `reconcile --deep` and `repair` of a table that never stops changing: a
+load of more than 20 transactions a second, applied by its continuous job the whole time.
+Each compare is made at a commit the running job cuts at the source's count
+(control/barrier.py), so it says OK or DRIFT, never IN-FLIGHT, and names the keys."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import psycopg
+
+from tests.conftest import interrupt, start_driver
+from tests.eventually import eventually
+
+LOAD_TPS = 20  # the least the load must keep up
+
+
+class Load:
+    """Transactions against the table from a thread of its own: updates of ids 1-100,
+    and inserts and deletes of keys from 1,000 up (never the keys the test damages)."""
+
+    def __init__(self, dsn: str, table: str):
+        self.dsn, self.table, self.done, self.count = dsn, table, threading.Event(), 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.done.is_set():
+                    n = self.count
+                    with conn.transaction():
+                        conn.execute(f"UPDATE {self.table} SET v = %s, n = n + 1 WHERE id = %s",
+                                     (f"load {n}", n % 100 + 1))
+                        if n % 3 == 0:
+                            conn.execute(f"INSERT INTO {self.table} VALUES (%s, 'new', 0)", (1000 + n,))
+                        if n % 3 == 1 and n > 3:
+                            conn.execute(f"DELETE FROM {self.table} WHERE id = %s", (1000 + n - 4,))
+                    self.count += 1
+                    time.sleep(0.01)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            self.error = e
+
+    def __enter__(self) -> "Load":
+        self.started = time.monotonic()
+        self.thread.start()
+        return self
+
+    def rate(self) -> float:
+        return self.count / (time.monotonic() - self.started)
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join(30)
+
+
+def test_reconcile_deep_and_repair_of_a_table_under_load(it_env, spark, capsys, tmp_path):
+    env, s = it_env, it_env.schema
+    name = f"{s}.busy"
+    env.sql(f'CREATE TABLE "{s}".busy (id int PRIMARY KEY, v text, n int)')
+    env.sql(f'INSERT INTO "{s}".busy SELECT g, \'v\' || g, g FROM generate_series(1, 300) g')
+    env.register_table("busy")
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate("busy")
+    target = env.target_ref("busy")
+    spark.sql(f"DELETE FROM {target} WHERE id IN (150, 151, 152)")  # behind the engine's back
+    with open(tmp_path / "driver.log", "w") as log, Load(env.dsn, f'"{s}".busy') as load:
+        driver = start_driver(env, "busy", log)
+
+        def alive() -> bool:
+            return driver.poll() is None and load.error is None
+
+        try:
+            eventually(lambda: load.count > 100, "the load running", 60, 0.2, alive=alive)
+            capsys.readouterr()
+            assert env.cdc("reconcile", "--table", name, "--format", "json") == 1  # DRIFT, as a person runs it
+            (row,) = json.loads(capsys.readouterr().out)["tables"]
+            assert row["status"] == "DRIFT" and row["difference"] == -3, row
+            assert row["compared_snapshot"] is not None
+
+            assert env.cdc("reconcile", "--deep", "--table", name, "--format", "json") == 1
+            (row,) = json.loads(capsys.readouterr().out)["tables"]
+            assert row["deep"]["compared"] and row["deep"]["missing"] == 3, row
+            assert row["deep"]["extra"] == row["deep"]["different"] == 0, row
+            assert sorted(k["key"]["id"] for k in row["deep"]["keys"]) == [150, 151, 152]
+
+            assert env.cdc("repair", "--table", name) == 0
+            out = capsys.readouterr().out
+            assert "3 key(s) differ" in out and "after the repair: OK" in out, out
+
+            assert env.cdc("reconcile", "--deep", "--table", name) == 0, capsys.readouterr().out
+            assert alive(), f"the load or the job ended: {load.error}"
+            assert load.rate() >= LOAD_TPS, f"the load ran {load.rate():.1f} transactions/s"
+        finally:
+            interrupt(driver)
+    assert load.error is None, load.error
