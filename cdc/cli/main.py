@@ -404,9 +404,9 @@ def parser() -> argparse.ArgumentParser:
     ss.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     ss.add_argument("--json", action="store_true", help="print JSON")
     ss.add_argument("--check", action="store_true",
-                    help="exit 3 when a source does not capture or a table's job has failed or died (or no "
-                         "running job takes it: not-running), else 1 when a table is over --max-lag or --max-age, "
-                         "else 0")
+                    help="exit 3 when a source does not capture, a table's job has failed or died (or no "
+                         "running job takes it: not-running) or its target cannot be read, else 1 when a table is "
+                         "over --max-lag or --max-age, else 0")
     ss.add_argument("--max-lag", type=_bound, metavar="RECORDS",
                     help="with --check: a table with more records in Kafka not yet applied is behind")
     ss.add_argument("--max-age", type=_bound, metavar="SECONDS",
@@ -441,8 +441,9 @@ def parser() -> argparse.ArgumentParser:
     window.add_argument("--from-position", metavar="POS", help="a _cdc_position value")
 
     rc = command(sub, "reconcile", "source against target row counts (and rows, with --deep) per table: OK, DRIFT, "
-                                   "IN-FLIGHT or CAPTURE-STOPPED (exit 0 all OK, 1 a drift, 5 only in flight, 3 "
-                                   "capture stopped); every run is appended to cdc_meta.reconcile_history", _reconcile)
+                                   "IN-FLIGHT, CAPTURE-STOPPED or UNREADABLE (exit 0 all OK, 1 a drift, 5 only in "
+                                   "flight, 3 capture stopped or a target that cannot be read); every run is "
+                                   "appended to cdc_meta.reconcile_history", _reconcile)
     rc.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     form = rc.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print JSON (the same as --format json)")

@@ -31,9 +31,11 @@ from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.found import commit_at, found_target
 from cdc.sinks.iceberg import live_rows_filter
+from cdc.sinks.unreadable import unreadable_target
 from cdc.sources import module_of
 
 OK, DRIFT, IN_FLIGHT, CAPTURE_STOPPED, INVALID = "OK", "DRIFT", "IN-FLIGHT", "CAPTURE-STOPPED", "INVALID"
+UNREADABLE = "UNREADABLE"  # its target cannot be read (sinks/unreadable.py)
 PROGRESS_EVERY_S = 10  # how often a table still in flight logs what it waits for
 POLL_S = 0.25  # how often the target's commits are looked at while waiting for one at the count
 
@@ -179,17 +181,31 @@ def _counted_once(settings: Settings, catalog, client: ConnectClient, reg: Table
 
 def reconcile(settings: Settings, tables: list[TableRegistration], wait_s: float = 60.0, deep: bool = False,
               limit: int = 100) -> list[dict]:
-    """Every table's row; the run is appended to the history table."""
+    """Every table's row (one whose target cannot be read: UNREADABLE, with its error and what to
+    do); the run is appended to the history table."""
     catalog = load_catalog(settings)
     client = ConnectClient.of(settings)
     compare_rows = DeepReads(settings, catalog, limit) if deep else None
+    unreadable: dict[str, errors.CdcError] = {}
     for reg in tables if deep else []:  # another masking key than the target's: refused before any wait
-        found = found_target(settings, catalog, reg) if reg.mask else None
+        try:
+            found = found_target(settings, catalog, reg) if reg.mask else None
+        except Exception as e:  # noqa: BLE001 - one table's unreadable target is its own problem
+            unreadable[reg.name] = unreadable_target(settings, reg, e)
+            continue
         if found is not None:
             target_mask_key(settings, reg, found["properties"])
     captures = {s: source_capture(settings, s, client) for s in sorted({t.source.name for t in tables})}
-    rows = [reconcile_table(settings, catalog, client, reg, wait_s, compare_rows, capture=captures[reg.source.name])
-            for reg in tables]
+    rows = []
+    for reg in tables:
+        if reg.name in unreadable:
+            rows.append(unreadable_row(reg.name, unreadable[reg.name]))
+            continue
+        try:
+            rows.append(reconcile_table(settings, catalog, client, reg, wait_s, compare_rows,
+                                        capture=captures[reg.source.name]))
+        except Exception as e:  # noqa: BLE001 - one table's unreadable target is its own problem
+            rows.append(unreadable_row(reg.name, unreadable_target(settings, reg, e)))
     try:
         history.record(catalog, uuid.uuid4().hex[:12], rows)
     except Exception as e:  # noqa: BLE001 - the check stands without its history (a read-only catalog role)
@@ -205,12 +221,21 @@ def invalid_row(bad: InvalidRegistration) -> dict:
             "lag": None, "dead_letters": None, "reason": f"its registration does not load: {bad.error}"}
 
 
+def unreadable_row(name: str, error: errors.CdcError) -> dict:
+    """The row of a table whose target cannot be read: its error and what to do."""
+    checked = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {"table": name, "target": None, "status": UNREADABLE, "source_rows": None, "target_rows": None,
+            "difference": None, "source_position": None, "target_position": None, "source_commit_time": None,
+            "lag": None, "dead_letters": None, "reason": f"{error.message}\n  -> {error.hint}", "checked_at": checked}
+
+
 def exit_code(rows: list[dict]) -> int:
     """For cron and CI (errors.EXIT_CODES): 0 when every table is OK; else 3 when a source
-    does not capture or a registration does not load, 1 when a table drifted, 5 when
-    changes are only still in transit."""
+    does not capture, a registration does not load or a target cannot be read, 1 when a
+    table drifted, 5 when changes are only still in transit."""
     found = {r["status"] for r in rows}
-    for status, code in ((CAPTURE_STOPPED, errors.FAILED), (INVALID, errors.FAILED), (DRIFT, errors.DIFFERENCE),
+    for status, code in ((CAPTURE_STOPPED, errors.FAILED), (INVALID, errors.FAILED), (UNREADABLE, errors.FAILED),
+                         (DRIFT, errors.DIFFERENCE),
                          (IN_FLIGHT, errors.IN_FLIGHT)):
         if status in found:
             return code

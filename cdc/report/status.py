@@ -22,6 +22,7 @@ from cdc.control.kafka import record_times, watermarks
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import shown_name
 from cdc.sinks.found import found_target
+from cdc.sinks.unreadable import unreadable_target
 from cdc.sinks.targets import PROP_TOPIC
 
 
@@ -73,20 +74,27 @@ def _bootstrap(properties: dict) -> dict | None:
 
 
 INVALID = "invalid"  # the state of a table whose registration file does not load
+UNREADABLE = "unreadable"  # the state of a table whose target cannot be read
 
 
 def status(settings: Settings, tables: list[TableRegistration],
            invalid: list[InvalidRegistration] = ()) -> tuple[list[dict], list[dict]]:
     """Each table's row, and each of their sources' capture (register/capture.py). A table
     whose source does not capture is in state `capture-stopped`, whatever its job does; one
-    whose registration does not load (`invalid`) is in state `invalid`, and the others are
-    read as usual."""
+    whose registration does not load (`invalid`) is in state `invalid`, one whose target cannot
+    be read (its metadata file gone, say) in state `unreadable` with its error and what to
+    do, and the others are read as usual."""
     catalog = load_catalog(settings)
     client = ConnectClient.of(settings)
     captures = {s: source_capture(settings, s, client) for s in sorted({t.source.name for t in tables})}
     rows = []
     for reg in tables:
-        row, cap = table_status(settings, catalog, reg), captures[reg.source.name]
+        cap = captures[reg.source.name]
+        try:
+            row = table_status(settings, catalog, reg)
+        except Exception as e:  # noqa: BLE001 - one table's unreadable target is its own problem
+            rows.append(unreadable_row(settings, reg, unreadable_target(settings, reg, e)))
+            continue
         row["capture"] = {"source": cap["source"], "state": cap["state"], "capturing": cap["capturing"],
                           "reason": cap["reason"]}
         row["state"] = (row["job"]["state"] if cap["capturing"] else
@@ -96,6 +104,13 @@ def status(settings: Settings, tables: list[TableRegistration],
     rows += [{"table": bad.name, "state": INVALID, "registered": False, "file": str(bad.file),
               "invalid": str(bad.error), "job": jobstate.read(settings.state_dir, bad.name)} for bad in invalid]
     return rows, list(captures.values())
+
+
+def unreadable_row(settings: Settings, reg: TableRegistration, error: errors.CdcError) -> dict:
+    """The row of a table whose target cannot be read: its error and what to do."""
+    return {"table": reg.name, "sink": reg.sink, "target": shown_name(settings, reg), "mode": reg.mode,
+            "location": None, "state": UNREADABLE, "registered": None, "unreadable": error.message,
+            "remedy": error.hint, "job": jobstate.read(settings.state_dir, reg.name)}
 
 
 def age_s(settings: Settings, row: dict, now_ms: int | None = None) -> float | None:
@@ -117,12 +132,13 @@ def problems(rows: list[dict], captures: list[dict], max_lag: int | None = None,
              max_age_s: float | None = None) -> tuple[int, list[str]]:
     """`cdc status --check`: its exit code (errors.EXIT_CODES) and each problem in a line:
     3 when a source does not capture (or its slot, inactive, holds WAL over its threshold),
-    a table's job failed or died, or its registration does not load; else 1 when a table's lag or age is over its bound;
-    else 0."""
+    a table's job failed or died, its registration does not load or its target cannot be
+    read; else 1 when a table's lag or age is over its bound; else 0."""
     failed = [f"source {c['source']} is not capturing: {c['reason']}" for c in captures if not c["capturing"]]
     failed += [slot_warning(c) for c in captures if slot_warning(c)]
     failed += [f"table {r['table']}: its registration does not load: {r['invalid'].splitlines()[0][:300]}"
                for r in rows if r.get("invalid")]
+    failed += [f"table {r['table']}: {r['unreadable']}" for r in rows if r.get("unreadable")]
     failed += [f"table {r['table']}: job {r['job']['state']}" + (f": {r['job']['error'].splitlines()[0][:200]}"
                                                                   if r["job"].get("error") else "")
                for r in rows if r["job"]["state"] in (jobstate.FAILED, jobstate.DEAD, jobstate.NOT_RUNNING)]
@@ -144,6 +160,10 @@ def format_text(rows: list[dict], captures: list[dict] = ()) -> str:
         if r.get("invalid"):
             lines.append(f"{r['table']:28} {state:15} {'-':>8} {'-':>7} {'-':>5}  registration does not load: "
                          f"{r['invalid'].splitlines()[0][:200]}")
+            continue
+        if r.get("unreadable"):
+            lines.append(f"{r['table']:28} {state:15} {'-':>8} {'-':>7} {'-':>5}  {r['unreadable']}")
+            lines.append(f"  to do: {r['remedy']}")
             continue
         if not r.get("registered"):
             lines.append(f"{r['table']:28} {state:15} {'-':>8} {'-':>7} {'-':>5}  not registered (cdc register)")

@@ -112,3 +112,76 @@ def test_status_gives_a_failed_tables_remedy_and_an_invalid_registrations_error(
     assert "s.b" in text and "invalid" in text and "registration does not load: tables/s.b.yaml: unknown key" in text
     code, found = status.problems([failed, invalid], [])
     assert code == 3 and "table s.b: its registration does not load: tables/s.b.yaml: unknown key 'x'" in found
+
+
+def one_table_unreadable(monkeypatch, tmp_path, module):
+    """Two registrations of source pg in `tmp_path`, shop.a's target unreadable (its metadata
+    file moved away) when `module`'s per-table read reaches it; the services stand aside."""
+    import yaml
+
+    from cdc.config import load_settings, load_tables
+
+    (tmp_path / "cdc.yaml").write_text(yaml.safe_dump({
+        "sources": {"pg": {"database": "app", "user": "repl", "password": "x"}}, "tables_dir": "tables",
+        "stack": {"state_dir": str(tmp_path / "state")}}))
+    (tmp_path / "tables").mkdir()
+    for t in ("a", "b"):
+        (tmp_path / "tables" / f"shop.{t}.yaml").write_text(yaml.safe_dump(
+            {"name": f"shop.{t}", "source": {"schema": "shop", "table": t}, "key": ["id"]}))
+    settings = load_settings(tmp_path / "cdc.yaml")
+    monkeypatch.setattr(module, "load_catalog", lambda settings: None)
+    monkeypatch.setattr(module.ConnectClient, "of", classmethod(lambda cls, settings: None))
+    monkeypatch.setattr(module, "source_capture", lambda settings, source, client: {
+        "source": source, "state": "RUNNING", "capturing": True, "reason": None})
+    return settings, load_tables(settings)
+
+
+def test_status_reports_an_unreadable_target_in_its_row_and_reads_the_others(tmp_path, monkeypatch):
+    from cdc.report import status as report_status
+
+    settings, tables = one_table_unreadable(monkeypatch, tmp_path, report_status)
+
+    def table_status(settings, catalog, reg):
+        if reg.name == "shop.a":
+            raise FileNotFoundError("/w/shop/a/metadata/00007.metadata.json")
+        return {**row(reg.name), "kafka_end_offsets": {}, "committed_offsets": {}, "dead_letters": 0,
+                "source_commit_time": None, "snapshot_id": 5}
+
+    monkeypatch.setattr(report_status, "table_status", table_status)
+    rows, captures = report_status.status(settings, tables)
+    a, b = rows
+    assert a["table"] == "shop.a" and a["state"] == report_status.UNREADABLE
+    assert a["unreadable"] == ("its target lake.shop.a cannot be read: FileNotFoundError: "
+                               "/w/shop/a/metadata/00007.metadata.json")
+    assert "cdc register --table shop.a" in a["remedy"] and b["table"] == "shop.b" and b["state"] == "running"
+    code, found = problems(rows, captures)
+    assert code == errors.FAILED and found == [f"table shop.a: {a['unreadable']}"]  # `status --check` exits 3
+    text = report_status.format_text(rows)
+    assert f"  to do: {a['remedy']}" in text and "shop.b" in text
+    # cdc's own errors are not taken for an unreadable target: Kafka out of reach is every table's
+    monkeypatch.setattr(report_status, "table_status", lambda *a: (_ for _ in ()).throw(
+        errors.DependencyError("Kafka at 127.0.0.1:1 cannot be reached")))
+    with pytest.raises(errors.DependencyError):
+        report_status.status(settings, tables)
+
+
+def test_reconcile_reports_an_unreadable_target_in_its_row_and_compares_the_others(tmp_path, monkeypatch):
+    from cdc.report import reconcile as report_reconcile
+
+    settings, tables = one_table_unreadable(monkeypatch, tmp_path, report_reconcile)
+    recorded = []
+
+    def reconcile_table(settings, catalog, client, reg, wait_s, deep=None, capture=None):
+        if reg.name == "shop.a":
+            raise FileNotFoundError("/w/shop/a/metadata/00007.metadata.json")
+        return {"table": reg.name, "status": report_reconcile.OK, "source_rows": 3, "target_rows": 3, "difference": 0,
+                "lag": 0, "dead_letters": 0, "source_commit_time": None}
+
+    monkeypatch.setattr(report_reconcile, "reconcile_table", reconcile_table)
+    monkeypatch.setattr(report_reconcile.history, "record", lambda catalog, run, rows: recorded.extend(rows))
+    rows = report_reconcile.reconcile(settings, tables)
+    assert [(r["table"], r["status"]) for r in rows] == [("shop.a", "UNREADABLE"), ("shop.b", "OK")]
+    assert "cannot be read: FileNotFoundError" in rows[0]["reason"]
+    assert "cdc register --table shop.a" in rows[0]["reason"]
+    assert report_reconcile.exit_code(rows) == errors.FAILED and recorded == rows
+    assert "shop.a                       UNREADABLE" in report_reconcile.format_text(rows)
