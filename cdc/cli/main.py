@@ -290,10 +290,17 @@ def _cut(args) -> int:
     catalog = load_catalog(settings)
 
     def one_round() -> None:
-        tables = load_tables(settings)
+        bad: list = []  # registrations that do not load: said after the cut of the others
+        tables = load_tables(settings, invalid=bad)
         sources = [args.source] if args.source else sorted({t.source.name for t in tables})
-        found = [report(advance(settings, s, [t for t in tables if t.source.name == s], catalog)) for s in sources]
+        published = [advance(settings, s, [t for t in tables if t.source.name == s], catalog) for s in sources]
+        found = [report(p) for p in published]
         print(document.dumps(sources=found) if args.json else format_text(found), flush=True)
+        failed = [f"{e.table}: {e.message}" for p in published for e in p.unreadable]
+        failed += [f"{b.name}: its registration does not load: {str(b.error).splitlines()[0]}" for b in bad]
+        hints = [e.hint for p in published for e in p.unreadable] + (["fix the registration file"] if bad else [])
+        if failed:  # the others' cut stands: exit as a failed table does
+            raise CdcError(f"the cut left out table(s) it could not read: {'; '.join(failed)}", hint="; ".join(hints))
 
     return _rounds(args.every, one_round)
 
@@ -416,7 +423,8 @@ def parser() -> argparse.ArgumentParser:
                              "and a version of every Delta one at which all of them hold the same source "
                              "transactions, the snapshots tagged cdc_consistent (read `... VERSION AS OF "
                              "'cdc_consistent'`, a Delta table `VERSION AS OF <version>`), with its source "
-                             "transaction, its age, and the tables that hold it back", _cut)
+                             "transaction, its age, and the tables that hold it back or are left out (exit 3 "
+                             "when a table's target or registration cannot be read: the others' cut is made)", _cut)
     ct.add_argument("--source", metavar="NAME", help="only this source of cdc.yaml (default: every source with "
                                                      "registered tables)")
     ct.add_argument("--json", action="store_true", help="print JSON")

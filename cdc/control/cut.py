@@ -125,3 +125,25 @@ def next_cut(transactions: list[Transaction], tables: list[TableCut]) -> Outcome
         if not waiting:
             found = Cut(x, dict(at))  # type: ignore[arg-type]
     return Outcome(found, waiting, left_out)
+
+
+def still_standing(tables: dict[str, int | None], lines: dict[str, list[int]]) -> dict[str, int | None]:
+    """The tables of a cut whose state there their target still holds: each name of `lines`
+    (the tables read, each its target's line of history since it was created) whose snapshot
+    or version at the cut is in that line, or which was empty there (None). A table whose
+    target was removed, re-created, could not be read or was rolled back past its state at
+    the cut is not: it stays out until a later cut takes it again, from its own history."""
+    return {name: at for name, at in tables.items()
+            if name in lines and (at is None or at in lines[name])}
+
+
+def cut_age_s(cut_ts_ms: int | None, pending: list[Transaction], read_all: bool, now_ms: int) -> float | None:
+    """How far the cut is behind its source, in seconds: the age of the oldest transaction
+    it does not hold yet (`pending`: those read after it, in commit order); 0 when it holds
+    every transaction there is (the transaction topic read to its end, none after the cut).
+    A topic not read to its end holds later ones, not yet known: the cut's own time stands
+    for them (an age no lower than the truth). None when no time is known."""
+    if not pending and read_all:
+        return 0.0
+    since = pending[0].ts_ms if pending and pending[0].ts_ms is not None else cut_ts_ms
+    return round(max(0, now_ms - since) / 1000, 3) if since is not None else None

@@ -22,8 +22,9 @@ COMMIT_CPU_SECONDS = Histogram("cdc_direct_commit_cpu_seconds",
                                buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2))
 LAG = Gauge("cdc_lag_records", "Records in Kafka not yet applied, per partition", ["table", "partition"])
 FAILURES = Counter("cdc_table_failures", "Failures of a table's query (retried or given up)", ["table"])
-CUT_AGE = Gauge("cdc_consistent_cut_age_seconds", "Seconds from the source commit of the consistent cut's "
-                "transaction to the job's last advance of the cut (sources.<name>.cut_every_s)", ["source"])
+CUT_AGE = Gauge("cdc_consistent_cut_age_seconds", "Seconds the consistent cut is behind its source at the job's "
+                "last advance of it (sources.<name>.cut_every_s): the age of the oldest transaction not yet in the "
+                "cut, 0 when it holds every one", ["source"])
 CAPTURING = Gauge("cdc_source_capturing", "1 while the source's connector and tasks run, else 0", ["source"])
 
 APPLY_STEPS = ("truncate", "delete memory", "merge", "append")  # what follows decoding: the apply proper

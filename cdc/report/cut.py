@@ -23,15 +23,18 @@ from cdc.config import load_tables
 from cdc.config.clients import kafka_access
 from cdc.config.models import Settings, TableRegistration
 from cdc.control.commits import OFFSETS, parse_offsets, parse_transaction
-from cdc.control.cut import At, Mark, Outcome, TableCut, Transaction, next_cut, transaction_end
+from cdc.control.cut import (At, Mark, Outcome, TableCut, Transaction, cut_age_s, next_cut, still_standing,
+                             transaction_end)
 from cdc.control.kafka import end_offsets, existing_topics, read_records, watermarks
 from cdc.decoding.avro import SchemaRegistry, record_value
+from cdc.errors import CdcError
 from cdc.jobs import metrics
 from cdc.log import log
 from cdc.planning.merge import table_ref
 from cdc.register.connector import topic_for, transaction_topic
 from cdc.sinks import delta
 from cdc.sinks.catalog import load_catalog
+from cdc.sinks.unreadable import unreadable_target
 
 TAG = "cdc_consistent"
 MAX_READ = 200_000  # records of the transaction topic read at one advance
@@ -56,6 +59,9 @@ class Published:
     standing: dict | None
     moved: tuple[str, ...] = ()
     versions: tuple[str, ...] = ()  # the tables whose cut is a Delta version (no tag)
+    pending: tuple[Transaction, ...] = ()  # the transactions read that the cut does not hold, oldest first
+    read_all: bool = True  # the transaction topic was read to its end
+    unreadable: tuple[CdcError, ...] = ()  # the tables whose target could not be read, each its error
 
 
 def state_file(settings: Settings, source: str) -> Path:
@@ -102,23 +108,33 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
     existing = existing_topics(kafka)
     avro = settings.sources[source].format == "avro"
     read = functools.partial(record_value, registry=SchemaRegistry.of(settings)) if avro else None
-    transactions = read_transactions(kafka, transaction_topic(source), existing,
-                                     None if state is None else state["offset"] + 1, settings.sources[source].kind,
-                                     read)
-    left_out, loaded = {}, {}
+    transactions, read_all = read_transactions(kafka, transaction_topic(source), existing,
+                                               None if state is None else state["offset"] + 1,
+                                               settings.sources[source].kind, read)
+    known = (state or {}).get("tables", {})
+    remembered = (state or {}).get("targets", {})  # each target's identity at the last advance
+    left_out, loaded, lines, identities, unreadable, recreated = {}, {}, {}, {}, {}, set()
     for r in tables:
-        found = load_target(settings, r, catalog)
-        if found is None:
-            left_out[r.name] = "its target does not exist yet: `cdc register` creates it"
-        else:
-            loaded[r.name] = found
+        try:
+            found = load_target(settings, r, catalog)
+            if found is None:
+                left_out[r.name] = "its target does not exist yet: `cdc register` creates it"
+                continue
+            identities[r.name] = identity(r, found)
+            if remembered.get(r.name, identities[r.name]) != identities[r.name]:  # its history starts again
+                recreated.add(r.name)
+                known = {n: at for n, at in known.items() if n != r.name}
+            lines[r.name] = commits(r, found, known.get(r.name) if state else None)
+        except Exception as e:  # noqa: BLE001 - one table's unreadable target is its own problem
+            unreadable[r.name] = unreadable_target(settings, r, e)
+            left_out[r.name] = f"{unreadable[r.name].message}; it rejoins the cut once it can be read"
+            continue
+        loaded[r.name] = found
     present = [r for r in tables if r.name in loaded]
     ends = end_offsets(kafka, [t for t in (topic_for(source, r) for r in present) if t in existing])
-    known = (state or {}).get("tables", {})
-    views = [table_view(r, commits(r, loaded[r.name], known.get(r.name) if state else None),
-                        ends.get(topic_for(source, r), {}), known, state is not None) for r in present]
+    views = [table_view(r, lines[r.name], ends.get(topic_for(source, r), {}), known, state is not None)
+             for r in present]
     outcome = next_cut(transactions, views)
-    outcome = Outcome(outcome.cut, outcome.held, {**outcome.left_out, **left_out})
     cut, standing = outcome.cut, state
     if cut is not None and (cut.transaction is not None or state is None):
         standing = {"transaction": cut.transaction.id if cut.transaction else None,
@@ -126,14 +142,35 @@ def _advance(settings: Settings, source: str, tables: list[TableRegistration], c
                     "ts_ms": cut.transaction.ts_ms if cut.transaction else None,
                     "tables": {name: at.snapshot for name, at in cut.tables.items()},
                     "published_ms": int(time.time() * 1000)}
+    if standing is not None:  # only what each target still holds: never a snapshot its table does not have
+        kept = still_standing({n: at for n, at in standing["tables"].items()
+                               if standing is not state or n not in recreated},  # the old target's, gone
+                              {n: [c.id for c in line] for n, line in lines.items()})
+        for name in sorted((set(standing["tables"]) | recreated) - set(kept) - set(left_out)):
+            if name in recreated:
+                left_out[name] = "its target was re-created: its history starts again, and it rejoins the cut " \
+                                 "at its first commit that ends a transaction"
+            elif name in lines:
+                left_out[name] = f"its state at the cut, {standing['tables'][name]}, is no longer in its target's " \
+                                 f"history (rolled back, or expired): it rejoins the cut at its next transaction"
+    outcome = Outcome(outcome.cut, outcome.held, {**outcome.left_out, **left_out})
     if standing is not None:  # the cut's one record, written at once, with what holds it (`cdc status`)
-        standing = {**standing, "held": outcome.held, "left_out": outcome.left_out}
+        standing = {**standing, "tables": kept, "targets": identities, "held": outcome.held,
+                    "left_out": outcome.left_out}
         write_state(settings, source, standing)  # the tags follow it
     tags = (standing or {}).get("tables", {})
     by_name = {r.name: r for r in present if r.sink == "iceberg"}
     moved = tuple(n for n, snapshot in tags.items()
                   if n in by_name and move_tag(settings, by_name[n], loaded[n], At(snapshot)))
-    return Published(source, outcome, standing, moved, tuple(r.name for r in present if r.sink != "iceberg"))
+    pending = tuple(t for t in transactions if standing is not None and t.offset > standing["offset"])
+    return Published(source, outcome, standing, moved, tuple(r.name for r in present if r.sink != "iceberg"),
+                     pending, read_all, tuple(unreadable.values()))
+
+
+def identity(reg: TableRegistration, table) -> str:
+    """What tells a target from one re-created under its name: an Iceberg table's uuid, a
+    Delta table's id (its versions start at 0 again)."""
+    return str(table.metadata.table_uuid) if reg.sink == "iceberg" else str(table.metadata().id)
 
 
 def load_target(settings: Settings, reg: TableRegistration, catalog):
@@ -161,19 +198,21 @@ def commits(reg: TableRegistration, table, since: int | None) -> list[Commit]:
 
 
 def read_transactions(kafka, topic: str, existing: set[str], start: int | None, kind: str,
-                      read=None) -> list[Transaction]:
-    """The ENDs of the transaction topic from offset `start` (None: its first record kept);
-    `read(value, offset)` reads a record that is not JSON (an Avro source's)."""
+                      read=None) -> tuple[list[Transaction], bool]:
+    """The ENDs of the transaction topic from offset `start` (None: its first record kept),
+    and whether they reach its end (at most MAX_READ records are read); `read(value,
+    offset)` reads a record that is not JSON (an Avro source's)."""
     if topic not in existing:
-        return []
+        return [], True
     lo, hi = watermarks(kafka, topic).get(0, (0, 0))
     start = lo if start is None else max(start, lo)
     if hi <= start:
-        return []
+        return [], True
     records = read_records(kafka, topic, {0: start}, min(hi - start, MAX_READ))[0]
     values = ((m.value() if read is None or m.value() is None else read(m.value(), m.offset()), m.offset())
               for m in records)
-    return [t for t in (transaction_end(value, offset, kind) for value, offset in values) if t]
+    ends = [t for t in (transaction_end(value, offset, kind) for value, offset in values) if t]
+    return ends, hi - start <= MAX_READ
 
 
 def table_view(reg: TableRegistration, line: list[Commit], end: dict[int, int], known: dict,
@@ -255,13 +294,20 @@ def move_tag(settings: Settings, reg: TableRegistration, table, at: At) -> bool:
 
 def report(published: Published, now_ms: int | None = None) -> dict:
     """The cut as `cdc cut --json` prints it."""
-    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     s = published.standing or {}
-    ts = s.get("ts_ms")
-    return {"source": published.source, "transaction": s.get("transaction"), "source_ts_ms": ts,
-            "age_s": round((now_ms - ts) / 1000, 3) if ts else None,
+    return {"source": published.source, "transaction": s.get("transaction"), "source_ts_ms": s.get("ts_ms"),
+            "age_s": age_s(published, now_ms),
             "tables": s.get("tables", {}), "moved": list(published.moved), "versions": list(published.versions),
             "held": published.outcome.held, "left_out": published.outcome.left_out}
+
+
+def age_s(published: Published, now_ms: int | None = None) -> float | None:
+    """The cut's age (control/cut.py's `cut_age_s`): 0 when it holds every transaction read
+    from the source; None when there is no cut yet."""
+    if published.standing is None:
+        return None
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    return cut_age_s(published.standing.get("ts_ms"), list(published.pending), published.read_all, now_ms)
 
 
 def format_text(found: list[dict]) -> str:
@@ -305,7 +351,8 @@ def advance_logged(settings: Settings, source: str, opened: dict, failing: dict[
     try:
         if "catalog" not in opened:
             opened["catalog"] = load_catalog(settings)
-        tables = [t for t in load_tables(settings) if t.source.name == source]
+        # A registration that does not load is left out (`cdc run` logs it): the others' cut moves on.
+        tables = [t for t in load_tables(settings, invalid=[]) if t.source.name == source]
         published = advance(settings, source, tables, opened["catalog"])
     except Exception as e:  # noqa: BLE001 - a cut that cannot move now must not stop the job's tables
         message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
@@ -316,7 +363,7 @@ def advance_logged(settings: Settings, source: str, opened: dict, failing: dict[
         return None
     if failing.pop(source, None) is not None:
         log(f"the consistent cut of source {source} advances again", event="cut-resumed", source=source)
-    ts = (published.standing or {}).get("ts_ms")
-    if ts:
-        metrics.CUT_AGE.labels(source).set(max(0.0, time.time() - ts / 1000))
+    age = age_s(published)
+    if age is not None:
+        metrics.CUT_AGE.labels(source).set(age)
     return published

@@ -8,6 +8,7 @@ whose source sets `cut_every_s` moves the cut itself."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -127,3 +128,129 @@ def test_the_cut_holds_every_transfer_whole_while_the_latest_snapshots_do_not(ba
     assert standing["transaction"] != moved["transaction"] and standing["tables"] == latest(env), standing
     assert total_at(env, standing["tables"]) == TOTAL
     assert env.catalog.load_table(names[0]).metadata.refs["cdc_consistent"].snapshot_id == standing["tables"][names[0]]
+
+
+# ---- one table's trouble, a re-created target and a quiet source: a pair of Iceberg tables ----
+
+
+@pytest.fixture(scope="module")
+def pair(stack, settings, it_env, tmp_path_factory):
+    """A source of its own with two Iceberg tables, registered and applied."""
+    env = postgres_env(stack, settings, tmp_path_factory.mktemp("cutp"), it_env.source + "p")
+    for t in ("pa", "pb"):
+        env.sql(f'CREATE TABLE "{env.schema}".{t} (id int PRIMARY KEY, v int NOT NULL)')
+        env.sql(f'INSERT INTO "{env.schema}".{t} SELECT g, 0 FROM generate_series(1, 3) g')
+        env.register_table(t)
+    assert env.cdc("register") == 0
+    env.replicate(("pa", "pb"))
+    yield env
+    _cleanup(env)
+
+
+def both_in_the_cut(env, capsys, step: int) -> dict:
+    """A transaction changing both tables, applied to both; the cut then holds it, each
+    table's tag on its snapshot there."""
+    s = env.schema
+    env.replicate(("pa", "pb"), env.transaction(f'UPDATE "{s}".pa SET v = {step} WHERE id = 1',
+                                                f'UPDATE "{s}".pb SET v = {step} WHERE id = 1'))
+    found = cut(env, capsys)
+    assert set(found["tables"]) == {f"{s}.pa", f"{s}.pb"} and not found["held"] and not found["left_out"], found
+    assert tags_exist(env, found) == found["tables"]
+    return found
+
+
+def tags_exist(env, found: dict) -> dict[str, int]:
+    """Each table's `cdc_consistent` tag, asserted on a snapshot its table has."""
+    tags = {}
+    for name in found["tables"]:
+        table = env.catalog.load_table(name)
+        ref = table.metadata.refs.get("cdc_consistent")
+        if ref is not None:
+            assert ref.snapshot_id in {snap.snapshot_id for snap in table.snapshots()}, (name, ref)
+            tags[name] = ref.snapshot_id
+    return tags
+
+
+def test_status_and_cut_go_on_for_the_others_when_a_target_s_metadata_file_is_missing(pair, capsys):
+    """A target's current metadata file moved away: `status`, `status --check`, `cut` and
+    `reconcile` report that table's error and what to do, the other table as usual, with no
+    traceback; `status --check`, `cut` and `reconcile` exit 3 (a table failed). Once the file
+    is back, all is as before."""
+    from urllib.parse import urlparse
+
+    env, s = pair, pair.schema
+    both_in_the_cut(env, capsys, 1)
+    metadata = Path(urlparse(env.catalog.load_table(f"{s}.pb").metadata_location).path)
+    away = metadata.with_name(metadata.name + ".away")
+    metadata.rename(away)
+    try:
+        capsys.readouterr()
+        assert env.cdc("status", "--json") == 0
+        out = capsys.readouterr()
+        rows = {r["table"]: r for r in json.loads(out.out)["tables"]}
+        assert rows[f"{s}.pb"]["state"] == "unreadable" and "Traceback" not in out.err
+        assert "cannot be read" in rows[f"{s}.pb"]["unreadable"] and metadata.name in rows[f"{s}.pb"]["unreadable"]
+        assert f"cdc register --table {s}.pb" in rows[f"{s}.pb"]["remedy"]
+        assert rows[f"{s}.pa"]["registered"] and rows[f"{s}.pa"]["lag"] == 0
+        assert env.cdc("status", "--check") == 3
+        out = capsys.readouterr()
+        assert f"check: table {s}.pb: its target" in out.out and f"{s}.pa" in out.out and "Traceback" not in out.err
+        assert env.cdc("cut", "--json") == 3
+        out = capsys.readouterr()
+        (found,) = json.loads(out.out)["sources"]
+        assert "cannot be read" in found["left_out"][f"{s}.pb"] and f"{s}.pa" in found["tables"], found
+        assert f"{s}.pb" not in found["tables"] and "Traceback" not in out.err
+        assert f"the cut left out table(s) it could not read: {s}.pb" in out.err
+        assert env.cdc("reconcile", "--json", "--wait", "30") == 3
+        out = capsys.readouterr()
+        rows = {r["table"]: r for r in json.loads(out.out)["tables"]}
+        assert rows[f"{s}.pb"]["status"] == "UNREADABLE" and rows[f"{s}.pa"]["status"] == "OK", rows
+        assert "Traceback" not in out.err
+    finally:
+        away.rename(metadata)
+    assert env.cdc("status", "--check") == 0
+    both_in_the_cut(env, capsys, 2)  # the table rejoins the cut at its next transaction
+
+
+def test_the_cut_after_a_target_is_re_created_names_and_tags_only_snapshots_that_exist(pair, capsys):
+    """A target dropped and re-created by `register` (the remedy of a failed table): the cut
+    no longer hands out the old target's snapshot nor tags it, the other table's tag stays,
+    and the new target rejoins the cut at its next transaction, from its own history."""
+    env, s = pair, pair.schema
+    before = both_in_the_cut(env, capsys, 3)
+    for ident in env.catalog.list_tables(s):  # the target and its __cdc_* tables, as the remedy says
+        if ident[-1] == "pb" or ident[-1].startswith("pb__cdc"):
+            env.catalog.purge_table(ident)
+    assert env.cdc("register", "--table", f"{s}.pb") == 0
+    capsys.readouterr()
+    assert env.cdc("cut", "--json") == 0
+    out = capsys.readouterr()
+    (found,) = json.loads(out.out)["sources"]
+    assert "Traceback" not in out.err and found["tables"] == {f"{s}.pa": before["tables"][f"{s}.pa"]}, found
+    assert "re-created" in found["left_out"][f"{s}.pb"], found
+    assert tags_exist(env, {"tables": {f"{s}.pa": 0, f"{s}.pb": 0}}) == {f"{s}.pa": before["tables"][f"{s}.pa"]}
+    env.replicate("pb")  # the snapshot `register` asked for
+    after = both_in_the_cut(env, capsys, 4)
+    new = {snap.snapshot_id for snap in env.catalog.load_table(f"{s}.pb").snapshots()}
+    assert after["tables"][f"{s}.pb"] in new and after["transaction"] != before["transaction"]
+
+
+def test_a_quiet_source_s_cut_is_current(pair, capsys):
+    """Once the cut holds every transaction there is, its age is 0 however long the source
+    stays quiet; a transaction not in it yet makes it the age of that transaction."""
+    import time
+
+    env, s = pair, pair.schema
+    both_in_the_cut(env, capsys, 5)
+    env.wait_captured(env.marker())  # a transaction that changes no table of the cut: it moves to it
+    time.sleep(3)
+    quiet = cut(env, capsys)
+    assert quiet["age_s"] == 0 and not quiet["held"], quiet
+    written = time.time()
+    env.wait_captured(env.transaction(f'UPDATE "{s}".pa SET v = 6 WHERE id = 2'))  # not applied yet
+    time.sleep(2)
+    behind = cut(env, capsys)
+    assert behind["transaction"] == quiet["transaction"] and f"{s}.pa" in behind["held"], behind
+    assert 2 <= behind["age_s"] <= time.time() - written + 2, behind
+    env.replicate("pa")
+    assert cut(env, capsys)["age_s"] == 0

@@ -227,6 +227,7 @@ def test_a_running_job_s_cut_that_cannot_advance_is_logged_once_and_tried_again(
     import threading
 
     from cdc.config import load_settings
+    from cdc.errors import DependencyError
     from cdc.report.cut import advance_logged, keep_advancing
 
     monkeypatch.setenv("CDC_TEST_PW", "s3cret")
@@ -235,12 +236,16 @@ def test_a_running_job_s_cut_that_cannot_advance_is_logged_once_and_tried_again(
         "  quiet: {database: app, user: repl, password: '${CDC_TEST_PW}'}\n"
         "tables_dir: tables\n")
     (tmp_path / "tables").mkdir()
-    (tmp_path / "tables" / "shop.orders.yaml").write_text("name: shop.orders\nsource: {schema: public}\n")
     settings = load_settings(tmp_path / "cdc.yaml")
-    opened, failing = {"catalog": None}, {}  # the registrations fail to load before the catalog is read
+
+    def unreachable(*args):
+        raise DependencyError("Kafka at 127.0.0.1:1 cannot be reached")
+
+    monkeypatch.setattr("cdc.report.cut.advance", unreachable)
+    opened, failing = {"catalog": None}, {}
     assert advance_logged(settings, "pg", opened, failing) is None
     assert advance_logged(settings, "pg", opened, failing) is None
-    assert "shop.orders" in failing["pg"]
+    assert "127.0.0.1:1" in failing["pg"]
     stop = threading.Event()
     stop.set()  # one round, then the stop is seen
     keep_advancing(settings, ["pg", "quiet"], stop)
@@ -248,3 +253,120 @@ def test_a_running_job_s_cut_that_cannot_advance_is_logged_once_and_tried_again(
     err = capsys.readouterr().err
     assert err.count("the consistent cut of source pg could not advance") == 2, err  # once per `failing`
     assert "source quiet" not in err
+
+
+def test_a_cut_keeps_only_the_tables_whose_target_still_holds_their_state_there():
+    from cdc.control.cut import still_standing
+
+    standing = {"s.a": 11, "s.b": 21, "s.c": None, "s.d": 4, "s.e": 7}
+    lines = {"s.a": [10, 11, 12], "s.b": [30, 31], "s.c": [40], "s.d": [0, 1, 2, 3, 4, 5]}
+    # s.b's snapshot is gone (its target re-created), s.e could not be read or was removed;
+    # an empty table at the cut stays empty there whatever came after
+    assert still_standing(standing, lines) == {"s.a": 11, "s.c": None, "s.d": 4}
+    assert still_standing({}, lines) == {} and still_standing(standing, {}) == {}
+
+
+def test_a_cut_that_holds_every_transaction_read_to_the_topic_s_end_is_current():
+    from cdc.control.cut import cut_age_s
+
+    now = 1_000_000
+    assert cut_age_s(now - 688_000, [], True, now) == 0.0  # a quiet source: nothing after the cut
+    pending = [tx(7, a=1), tx(8, a=1)]  # ts_ms 7 and 8: the oldest one not in the cut counts
+    assert cut_age_s(5, pending, True, now) == round((now - 7) / 1000, 3)
+    assert cut_age_s(5, pending, False, now) == round((now - 7) / 1000, 3)
+    # the topic not read to its end: later transactions are unknown; the cut's own time stands
+    assert cut_age_s(now - 3_000, [], False, now) == 3.0
+    assert cut_age_s(None, [], False, now) is None and cut_age_s(None, [], True, now) == 0.0
+    assert cut_age_s(now - 2_000, [Transaction("x", {A: 1}, None, 9)], True, now) == 2.0  # no time on it
+    assert cut_age_s(now + 5_000, [], False, now) == 0.0  # clocks apart: never below 0
+
+
+class FakeTarget:
+    """What `_advance` reads of a target: its identity (an Iceberg uuid or a Delta id) and its tag."""
+
+    def __init__(self, sink: str, ident: str, tagged: int | None = None):
+        from types import SimpleNamespace
+
+        refs = {"cdc_consistent": SimpleNamespace(snapshot_id=tagged)} if tagged is not None else {}
+        self.meta = SimpleNamespace(table_uuid=ident, id=ident, refs=refs)
+        self.metadata = self.meta if sink == "iceberg" else (lambda: self.meta)
+
+
+def advance_over(tmp_path, monkeypatch, targets: dict, lines: dict, state: dict | None, transactions=(),
+                 read_all=True):
+    """`advance` of source pg over the tables of `targets` (name: (sink, FakeTarget or an
+    exception to raise)), each with its line of commit ids, from the kept `state`; Kafka,
+    the catalog and Spark stand aside. Returns (published, the tags moved as (name, snapshot))."""
+    import yaml
+
+    from cdc.config import load_settings, load_tables
+    from cdc.report import cut as report_cut
+
+    (tmp_path / "cdc.yaml").write_text(yaml.safe_dump({
+        "sources": {"pg": {"database": "app", "user": "repl", "password": "x"}}, "tables_dir": "tables",
+        "stack": {"state_dir": str(tmp_path / "state")}}))
+    (tmp_path / "tables").mkdir(exist_ok=True)
+    for name, (sink, _) in targets.items():
+        (tmp_path / "tables" / f"{name}.yaml").write_text(yaml.safe_dump(
+            {"name": name, "sink": sink, "source": {"schema": "s", "table": name.split(".")[1]}, "key": ["id"]}))
+    settings = load_settings(tmp_path / "cdc.yaml")
+    if state is not None:
+        report_cut.write_state(settings, "pg", state)
+    moved = []
+
+    def target(settings, reg, catalog):
+        found = targets[reg.name][1]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def line(reg, table, since):
+        return [report_cut.Commit(i, {}) for i in lines[reg.name]]
+
+    def tag(settings, reg, table, at):
+        moved.append((reg.name, at.snapshot))
+        assert at.snapshot in lines[reg.name]  # never a snapshot the table does not have
+        return True
+
+    monkeypatch.setattr(report_cut, "kafka_access", lambda settings: None)
+    monkeypatch.setattr(report_cut, "existing_topics", lambda kafka: set())
+    monkeypatch.setattr(report_cut, "read_transactions", lambda *a: (list(transactions), read_all))
+    monkeypatch.setattr(report_cut, "end_offsets", lambda kafka, topics: {})
+    monkeypatch.setattr(report_cut, "load_target", target)
+    monkeypatch.setattr(report_cut, "commits", line)
+    monkeypatch.setattr(report_cut, "move_tag", tag)
+    return report_cut.advance(settings, "pg", load_tables(settings), None), moved
+
+
+def test_a_re_created_target_leaves_the_cut_and_no_tag_names_a_snapshot_it_does_not_have(tmp_path, monkeypatch):
+    """A table held the cut, then its target was re-created: its remembered snapshot (an Iceberg
+    id gone; a Delta version number the new table has again) is not handed out, nor tagged."""
+    state = {"transaction": "t5", "offset": 5, "ts_ms": 5, "tables": {"s.a": 11, "s.b": 3, "s.c": 40},
+             "targets": {"s.a": "ua", "s.b": "ub", "s.c": "uc"}}
+    targets = {"s.a": ("iceberg", FakeTarget("iceberg", "ua2")), "s.b": ("delta", FakeTarget("delta", "ub2")),
+               "s.c": ("iceberg", FakeTarget("iceberg", "uc"))}
+    lines = {"s.a": [90, 91], "s.b": [0, 1, 2, 3, 4], "s.c": [39, 40]}
+    published, moved = advance_over(tmp_path, monkeypatch, targets, lines, state)
+    assert published.standing["tables"] == {"s.c": 40} and moved == [("s.c", 40)]
+    assert "re-created" in published.outcome.left_out["s.a"] and "re-created" in published.outcome.left_out["s.b"]
+    assert published.standing["targets"] == {"s.a": "ua2", "s.b": "ub2", "s.c": "uc"}
+    # a snapshot rolled back or expired away from an unchanged target is not handed out either
+    lines["s.c"] = [41, 42]
+    published, moved = advance_over(tmp_path, monkeypatch, targets, lines, None)  # the state just written
+    assert published.standing["tables"] == {} and moved == []
+    assert "is no longer in its target's history" in published.outcome.left_out["s.c"]
+
+
+def test_an_unreadable_or_removed_target_is_its_own_table_s_problem(tmp_path, monkeypatch):
+    state = {"transaction": "t5", "offset": 5, "ts_ms": 5, "tables": {"s.a": 11, "s.b": 21, "s.c": 31}}
+    targets = {"s.a": ("iceberg", FileNotFoundError("/w/s/a/metadata/00007.metadata.json")),
+               "s.b": ("iceberg", None), "s.c": ("iceberg", FakeTarget("iceberg", "uc"))}
+    published, moved = advance_over(tmp_path, monkeypatch, targets, {"s.c": [30, 31]}, state,
+                                    [tx(6, a=1), tx(7, a=1)])
+    assert published.standing["tables"] == {"s.c": 31} and moved == [("s.c", 31)]
+    assert "cannot be read: FileNotFoundError: /w/s/a/metadata/00007.metadata.json" in published.outcome.left_out["s.a"]
+    assert "does not exist" in published.outcome.left_out["s.b"]
+    (error,) = published.unreadable
+    assert error.table == "s.a" and "cdc register --table s.a" in error.hint
+    assert [t.id for t in published.pending] == []  # t6 and t7 change only s.a, which is out: the cut moved on
+    assert published.standing["transaction"] == "t7"
