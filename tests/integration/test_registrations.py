@@ -289,3 +289,17 @@ def test_a_key_column_that_allows_null_is_refused_before_capture(it_env, capsys)
     assert env.cdc("register", "--table", f"{s}.nk") == 0
     env.replicate("nk", env.transaction(f'UPDATE "{s}".nk SET v = \'changed\' WHERE a = 2'))
     assert env.assert_equal("nk", key=("a", "b")) == 2
+
+
+def test_a_mariadb_key_column_that_allows_null_is_refused_with_its_statement(it_mariadb, capsys):
+    env, s = it_mariadb, it_mariadb.schema
+    env.sql(f"CREATE TABLE `{s}`.nk (a INT, b VARCHAR(10), v TEXT, UNIQUE KEY (a, b))")
+    capsys.readouterr()
+    assert env.cdc("tables", "add", f"{s}.nk", "--key", "a,b") == 2
+    err = capsys.readouterr().err
+    assert f"{s}.nk (registration {s}.nk): key columns a, b allow NULL" in err, err
+    assert (f"ALTER TABLE `{s}`.`nk` MODIFY `a` int(11) NOT NULL; "
+            f"ALTER TABLE `{s}`.`nk` MODIFY `b` varchar(10) NOT NULL") in err, err
+    assert not (env.settings.path(env.settings.tables_dir) / f"{s}.nk.yaml").exists()
+    env.sql(f"ALTER TABLE `{s}`.nk MODIFY a int(11) NOT NULL, MODIFY b varchar(10) NOT NULL")
+    assert env.cdc("tables", "add", f"{s}.nk", "--key", "a,b") == 0
