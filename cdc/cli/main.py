@@ -266,6 +266,24 @@ def _maintain(args) -> int:
     return _rounds(args.every, lambda: maintain(settings, tables))
 
 
+def _pause(args) -> int:
+    import threading
+
+    from cdc.control import jobstate
+    from cdc.jobs import shutdown
+
+    settings = load_settings(args.config)
+    reg = _one_table(settings, args.table, "pause")
+    ended = threading.Event()
+    with shutdown.graceful(ended.set), jobstate.exclusive(settings.state_dir, [reg.name]):
+        until = f"for {args.for_s} s" if args.for_s else "until Ctrl-C"
+        log(f"paused {until}: no job applies the table; its changes wait in Kafka", table=reg.name, event="paused",
+            stream=sys.stdout)
+        ended.wait(args.for_s)
+    log("given back: its job applies it again", table=reg.name, event="resumed", stream=sys.stdout)
+    return 0
+
+
 def _status(args) -> int:
     from cdc.report.status import format_text, problems, status
 
@@ -482,9 +500,18 @@ def parser() -> argparse.ArgumentParser:
                     help="how long each compare waits for a target commit at the source's count (default 60)")
 
     mt = command(sub, "maintain", "compact data and delete files, expire old snapshots, remove orphan files; safe "
-                                  "while the job runs", _maintain)
+                                  "while the job runs: a continuous job hands each table over for its maintenance "
+                                  "and takes it back after it", _maintain)
     mt.add_argument("--table", action="append", metavar="NAME", help=TABLES_HELP)
     mt.add_argument("--every", type=_positive, metavar="SECONDS", help="run again every SECONDS, until interrupted")
+
+    pa = command(sub, "pause", "hold a table back from its running job (it stops applying the table, then takes it "
+                               "back) until Ctrl-C, SIGTERM or --for seconds: room for a statement of your own on a "
+                               "target that changes every second (a DELETE, a rewrite), which would otherwise lose "
+                               "the race with the job's commits", _pause)
+    pa.add_argument("--table", action="append", required=True, metavar="NAME", help=ONE_TABLE_HELP)
+    pa.add_argument("--for", dest="for_s", type=_positive, metavar="SECONDS",
+                    help="give the table back after SECONDS (default: when interrupted)")
 
     bs = command(sub, "bootstrap", "fill a table's target from the source, then stream on; a target that holds rows "
                                    "is emptied first, after a question on the terminal (or --yes)", _bootstrap)

@@ -25,6 +25,7 @@ from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, maske
                                       schema_heads, value_schemas)
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
+from cdc.jobs.failures import cause_of
 from cdc.jobs.plan import BATCH_TASK_RECORDS, BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
 from cdc.log import log
 from cdc.planning import dead_letters
@@ -104,7 +105,7 @@ def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, ta
                 raise
             if table:
                 metrics.COMMIT_RETRIES.labels(table).inc()
-            log(f"commit conflict (attempt {attempt} of {attempts}), recomputing: {str(e).splitlines()[0][:200]}",
+            log(f"commit conflict (attempt {attempt} of {attempts}), recomputing: {cause_of(e)[:300]}",
                 table=table, event="commit-conflict", level="warning", attempt=attempt)
             sleep(0.2 * 2 ** attempt)
 

@@ -107,6 +107,13 @@ def _verdict(text: str) -> tuple[str, str, str] | None:
     return None
 
 
+def cause_of(e: BaseException) -> str:
+    """What an error says in one line: a Java exception's own message (its last cause), not
+    py4j's "An error occurred while calling ..."."""
+    lines = [line.strip().removeprefix(": ") for line in str(e).splitlines()]
+    return _cause("\n".join(line for line in lines if not line.startswith("An error occurred while calling")))
+
+
 def _cause(text: str, pattern: re.Pattern | None = None) -> str:
     """The line of `text` that says most: the last `Caused by:` (or the first line matching
     `pattern`), without Java's `Caused by:` prefix and stack lines."""

@@ -11,8 +11,11 @@ table's own format (sinks/table.py):
    `delta.logRetentionDuration`, 30 days by default);
 3. cleanup: files no snapshot references (Iceberg's orphans older than the orphan age,
    never the files of a commit in flight; Delta's VACUUM past the retention).
-Every step commits through the format's optimistic concurrency: a step that loses a race
-with the job's commit is retried or left for the next run; the job recomputes a batch
+A table a continuous job runs is handed over for its maintenance (control/jobstate.py):
+the job stops applying it, and takes it back once its three tables are done, so a rewrite
+of a table that changes every second does not lose the race with the job's commits. Every
+step still commits through the format's optimistic concurrency (a step that loses a race
+with another writer is retried, or left for the next run); the job recomputes a batch
 whose commit meets a compaction (`jobs/apply.py`), so nothing is lost or applied twice.
 """
 from __future__ import annotations
@@ -22,8 +25,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from cdc.errors import ApplyError
+from cdc.control import jobstate
+from cdc.errors import ApplyError, Busy
 from cdc.jobs.apply import run_with_conflict_retries
+from cdc.jobs.failures import cause_of
 from cdc.log import log
 from cdc.planning.bootstrap import DONE, Bootstrap
 from cdc.planning.bootstrap import PROPERTY as BOOTSTRAP
@@ -75,29 +80,42 @@ def maintain(settings, tables) -> list[dict]:
     out, failed = [], []
     for reg in tables:
         retention = Retention(reg.options.snapshot_retention_hours)
-        for ref, name in zip(target_refs(settings, reg), table_names(settings, reg)):
-            try:
-                table = open_table(spark, ref)
-            except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's NoSuchTableException
-                if missing_table(e):
-                    continue
-                raise
-            started = time.monotonic()
-            try:
-                result = {**maintain_table(table, retention), "table": name}
-            except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's errors; the next run tries again
-                log(f"maintenance failed: {str(e).splitlines()[0][:300]}", table=name, level="error",
-                    event="maintenance-failed")
-                failed.append(name)
-                continue
-            b, a = result["before"], result["after"]
-            log(f"data files {b['data_files']} -> {a['data_files']}, delete files {b['delete_files']} -> "
-                f"{a['delete_files']}, snapshots {b['snapshots']} -> {a['snapshots']}, "
-                f"{result['orphans_removed']} orphan file(s) removed ({time.monotonic() - started:.1f}s)",
-                table=name, event="maintained", stream=sys.stdout, before=b, after=a,
-                orphans_removed=result["orphans_removed"], seconds=round(time.monotonic() - started, 3))
-            out.append(result)
+        try:
+            with jobstate.exclusive(settings.state_dir, [reg.name]):  # a continuous job hands the table over
+                for ref, name in zip(target_refs(settings, reg), table_names(settings, reg)):
+                    result = _maintained(spark, ref, name, retention)
+                    if result is None:
+                        failed.append(name)
+                    elif result:
+                        out.append(result)
+        except Busy as e:
+            log(f"maintenance skipped: {e.message}", table=reg.name, level="error", event="maintenance-failed")
+            failed.append(reg.name)
     if failed:
         raise ApplyError(f"maintenance failed for {', '.join(failed)} (see above)",
-                         hint="run `cdc maintain` again; a step that lost a race with the job usually passes next time")
+                         hint="run `cdc maintain` again once what the error names is mended")
     return out
+
+
+def _maintained(spark, ref: str, name: str, retention: Retention) -> dict | None:
+    """One table's maintenance, logged: its result, {} when the table does not exist, None
+    when it failed (its cause logged: the Java exception's, not py4j's)."""
+    try:
+        table = open_table(spark, ref)
+    except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's NoSuchTableException
+        if missing_table(e):
+            return {}
+        raise
+    started = time.monotonic()
+    try:
+        result = {**maintain_table(table, retention), "table": name}
+    except Exception as e:  # noqa: BLE001 - py4j wraps Iceberg's errors; the next run tries again
+        log(f"maintenance failed: {cause_of(e)[:500]}", table=name, level="error", event="maintenance-failed")
+        return None
+    b, a = result["before"], result["after"]
+    log(f"data files {b['data_files']} -> {a['data_files']}, delete files {b['delete_files']} -> "
+        f"{a['delete_files']}, snapshots {b['snapshots']} -> {a['snapshots']}, "
+        f"{result['orphans_removed']} orphan file(s) removed ({time.monotonic() - started:.1f}s)",
+        table=name, event="maintained", stream=sys.stdout, before=b, after=a,
+        orphans_removed=result["orphans_removed"], seconds=round(time.monotonic() - started, 3))
+    return result

@@ -5,6 +5,9 @@ Each compare is made at a commit the running job cuts at the source's count
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -92,6 +95,56 @@ def test_reconcile_deep_and_repair_of_a_table_under_load(it_env, spark, capsys, 
             assert env.cdc("reconcile", "--deep", "--table", name) == 0, capsys.readouterr().out
             assert alive(), f"the load or the job ended: {load.error}"
             assert load.rate() >= LOAD_TPS, f"the load ran {load.rate():.1f} transactions/s"
+        finally:
+            interrupt(driver)
+    assert load.error is None, load.error
+
+
+def test_maintain_and_an_outside_delete_on_a_busy_target(it_env, spark, capsys, tmp_path):
+    """`cdc maintain` has its running job hand the table over, so its rewrite does not lose
+    the race with the job's commits; `cdc pause`, as a person runs it, makes room for an
+    operator's own DELETE, and the job applies the changes made meanwhile after it."""
+    env, s = it_env, it_env.schema
+    name = f"{s}.busier"
+    env.sql(f'CREATE TABLE "{s}".busier (id int PRIMARY KEY, v text, n int)')
+    env.sql(f'INSERT INTO "{s}".busier SELECT g, \'v\' || g, g FROM generate_series(1, 300) g')
+    env.register_table("busier", options={"compact_every_files": 4})
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate("busier")
+    target = env.target_ref("busier")
+    with open(tmp_path / "driver.log", "w") as log, Load(env.dsn, f'"{s}".busier') as load:
+        driver = start_driver(env, "busier", log)
+
+        def alive() -> bool:
+            return driver.poll() is None and load.error is None
+
+        try:
+            eventually(lambda: load.count > 100, "the load running", 60, 0.2, alive=alive)
+            capsys.readouterr()
+            assert env.cdc("maintain", "--table", name) == 0
+            out = capsys.readouterr().out
+            assert "data files" in out and "maintenance failed" not in out, out
+            pause = subprocess.Popen([sys.executable, "-m", "cdc.cli.main", "--config", str(env.config), "pause",
+                                      "--table", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            try:
+                lines = []
+                eventually(lambda: lines.append(pause.stdout.readline()) or "paused" in lines[-1],
+                           "the table paused", 120, 0.1, alive=lambda: pause.poll() is None)
+                spark.sql(f"DELETE FROM {target} WHERE id IN (150, 151, 152)")  # commits at the first try
+                resumed_at = load.count
+            finally:
+                pause.send_signal(signal.SIGINT)
+                assert pause.wait(60) == 0, pause.stdout.read()
+            assert "given back" in pause.stdout.read()
+
+            def applied_after_the_pause() -> bool:
+                newest = spark.table(target).where("v LIKE 'load %'") \
+                    .selectExpr("max(cast(substring(v, 6) AS int)) AS n").first()["n"]
+                return newest is not None and newest > resumed_at
+
+            eventually(applied_after_the_pause, "a change made during the pause applied", 120, 0.5, alive=alive)
+            held = {r.id for r in spark.table(target).where("id BETWEEN 149 AND 153").collect()}
+            assert held == {149, 153}  # the operator's DELETE stands
         finally:
             interrupt(driver)
     assert load.error is None, load.error
