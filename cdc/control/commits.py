@@ -72,3 +72,30 @@ def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: 
     if topic_id:
         props[TOPIC_ID] = topic_id
     return props
+
+
+# A snapshot an expiry removed is still described by the table metadata files written
+# before it; this many of the newest are read, only when the current ancestry breaks off
+# before a snapshot with offsets (cdc's own tables keep 10: iceberg_spark.METADATA_FILES).
+PREVIOUS_METADATA_READ = 10
+
+
+def newest_with_offsets(start, histories) -> dict | None:
+    """The summary with cdc offsets of the newest snapshot in the ancestry of snapshot
+    `start` (None: the table has none yet), or None when it holds none.
+    `histories`: lookups from a snapshot id to its (summary, parent id), or None when not
+    found; the table's current metadata first, then its previous metadata files, newest
+    first, each taken from the iterable only once the ones before it miss a parent (so an
+    older file is read only when an expiry removed the ancestor). A snapshot found in one
+    file has its own ancestors in that file or an older one, never a newer one."""
+    histories = iter(histories)
+    lookup = next(histories, None)
+    while start is not None and lookup is not None:
+        found = lookup(start)
+        if found is None:
+            lookup = next(histories, None)
+            continue
+        summary, start = found
+        if OFFSETS in summary:
+            return summary
+    return None

@@ -3,8 +3,10 @@ delta-rs): its properties, newest summary with offsets, location, snapshot and d
 from __future__ import annotations
 
 import json
+from itertools import chain
 
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.serializers import FromInputFile
 
 from cdc.config.models import Settings, TableRegistration
 from cdc.control import commits
@@ -13,14 +15,33 @@ from cdc.sinks import delta
 
 
 def last_committed(table) -> dict | None:
-    """The newest summary with cdc offsets in the current snapshot's ancestry."""
+    """The newest summary with cdc offsets in the current snapshot's ancestry, found in the
+    table's previous metadata files when an expiry from outside removed it (after a rewrite,
+    whose commit carries none: commits.newest_with_offsets)."""
     snap = table.current_snapshot()
-    while snap is not None:
-        props = snap.summary.additional_properties if snap.summary else {}
-        if commits.OFFSETS in props:
-            return props
-        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
-    return None
+    if snap is None:
+        return None
+    def current(sid: int):
+        return _summary_and_parent(table.snapshot_by_id(sid))
+    return commits.newest_with_offsets(snap.snapshot_id, chain([current], _previous_metadata(table)))
+
+
+def _summary_and_parent(snap) -> tuple[dict, int | None] | None:
+    if snap is None:
+        return None
+    return (snap.summary.additional_properties if snap.summary else {}), snap.parent_snapshot_id
+
+
+def _previous_metadata(table):
+    """Lookups of the snapshots each of the table's previous metadata files holds, newest
+    file first, each file read when taken (at most commits.PREVIOUS_METADATA_READ); a file
+    that cannot be read is passed over."""
+    for entry in reversed(table.metadata.metadata_log[-commits.PREVIOUS_METADATA_READ:]):
+        try:
+            meta = FromInputFile.table_metadata(table.io.new_input(entry.metadata_file))
+        except (OSError, ValueError):  # removed by hand, or not metadata: an older file may still hold it
+            continue
+        yield lambda sid, meta=meta: _summary_and_parent(meta.snapshot_by_id(sid))
 
 
 def _iceberg(catalog, reg: TableRegistration) -> dict | None:

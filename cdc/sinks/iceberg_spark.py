@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import chain
 
 from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JJavaError
 
+from cdc.control import commits
 from cdc.control.commits import OFFSETS
 from cdc.sinks.session import jvm_class
 
@@ -113,8 +116,40 @@ def holds_no_rows(table) -> bool:
 
 def last_committed_summary(table) -> dict[str, str] | None:
     """The summary of the newest snapshot in the current ancestry that carries cdc offsets
-    (maintenance commits carry none, so walk back past them)."""
-    return next((s for s in ancestry_summaries(table) if OFFSETS in s), None)
+    (maintenance commits carry none, so walk back past them), found in the table's previous
+    metadata files when an expiry from outside removed it (commits.newest_with_offsets)."""
+    table.refresh()
+    snap = table.currentSnapshot()
+    if snap is None:
+        return None
+    parser = JavaClass("org.apache.iceberg.SnapshotParser", table._gateway_client)
+    def current(sid: int):
+        return _summary_and_parent(parser, table.snapshot(sid))
+    return commits.newest_with_offsets(snap.snapshotId(), chain([current], _previous_metadata(table, parser)))
+
+
+def _summary_and_parent(parser, snap) -> tuple[dict[str, str], int | None] | None:
+    """A snapshot's summary (read in one call to the JVM) and its parent's id; None for no snapshot."""
+    if snap is None:
+        return None
+    summary = json.loads(parser.toJson(snap)).get("summary", {})
+    summary.pop("operation", None)  # the snapshot's operation, not a key of its summary
+    return summary, snap.parentId()
+
+
+def _previous_metadata(table, parser):
+    """Lookups of the snapshots each of the table's previous metadata files holds, newest
+    file first, each file read when taken (at most commits.PREVIOUS_METADATA_READ); a file
+    that cannot be read is passed over."""
+    reader = JavaClass("org.apache.iceberg.TableMetadataParser", table._gateway_client)
+    entries = table.operations().current().previousFiles()  # oldest first
+    newest = entries.size() - 1
+    for i in range(newest, max(newest - commits.PREVIOUS_METADATA_READ, -1), -1):
+        try:
+            meta = reader.read(table.io(), entries.get(i).file())
+        except Py4JJavaError:  # removed by hand: an older file may still hold the snapshot
+            continue
+        yield lambda sid, meta=meta: _summary_and_parent(parser, meta.snapshot(sid))
 
 
 def commit_summary_only(table, props: dict[str, str]) -> None:
@@ -134,10 +169,8 @@ def ancestry_summaries(table):
     snap = table.currentSnapshot()
     parser = JavaClass("org.apache.iceberg.SnapshotParser", table._gateway_client)
     while snap is not None:
-        summary = json.loads(parser.toJson(snap)).get("summary", {})
-        summary.pop("operation", None)  # the snapshot's operation, not a key of its summary
+        summary, parent = _summary_and_parent(parser, snap)
         yield summary
-        parent = snap.parentId()
         snap = None if parent is None else table.snapshot(parent)
 
 

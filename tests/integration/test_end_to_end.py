@@ -587,3 +587,41 @@ def test_reconcile_reports_ok_in_flight_and_drift(env, spark, capsys):
                    if r["table_name"] == name), key=lambda r: r["checked_at"])
     assert [r["status"] for r in runs] == ["OK", "IN-FLIGHT", "OK", "OK", "DRIFT", "DRIFT", "OK", "DRIFT", "OK"]
     assert runs[-3]["deep_different"] is None and runs[-2]["deep_different"] == 1
+
+
+def test_status_and_the_job_find_the_offsets_after_a_rewrite_and_an_outside_expiry(env, spark, capsys):
+    """An operator rewrites the target's files and expires every snapshot but the current
+    one (the rewrite, whose commit carries no cdc offsets): the offsets of the last batch
+    are read from the metadata file written before the expiry, by status (pyiceberg) and by
+    the job (Iceberg's Java API), which goes on from them."""
+    rewrite_then_expire_outside(env, spark, capsys, "expired")
+
+
+def rewrite_then_expire_outside(env, spark, capsys, t: str) -> None:
+    from cdc.sinks.iceberg_target import IcebergTarget
+
+    s = env.schema
+    env.sql(f'CREATE TABLE "{s}".{t} (id int PRIMARY KEY, label text)')
+    env.sql(f'INSERT INTO "{s}".{t} SELECT g, \'e\' || g FROM generate_series(1, 20) g')
+    name = env.register_table(t)
+    assert env.cdc("register", "--table", name) == 0
+    env.replicate(t)
+    env.replicate(t, env.transaction(f'UPDATE "{s}".{t} SET label = \'u\' WHERE id <= 5',
+                                     f'DELETE FROM "{s}".{t} WHERE id = 20'))
+    batch = parse_offsets(env.summaries(t)[-1])
+    assert batch and batch == parse_offsets(IcebergTarget(spark, env.target_ref(t)).last_committed_summary())
+    ident = f"{env.settings.catalog.name}.system"
+    spark.sql(f"CALL {ident}.rewrite_data_files(table => '{name}', options => map('rewrite-all', 'true'))")
+    spark.sql(f"CALL {ident}.expire_snapshots(table => '{name}', older_than => current_timestamp(), retain_last => 1)")
+    (kept,) = env.summaries(t)
+    assert kept.get("cdc.offsets") is None  # the rewrite's commit, alone in the history
+    capsys.readouterr()
+    assert env.cdc("status", "--json", "--table", name) == 0
+    (row,) = json.loads(capsys.readouterr().out)["tables"]
+    topic = next(iter(batch))
+    assert row["lag"] == 0 and row["age_s"] == 0 and row["committed_offsets"] == row["kafka_end_offsets"]
+    assert {int(p): o for p, o in row["committed_offsets"].items()} == batch[topic]
+    assert parse_offsets(IcebergTarget(spark, env.target_ref(t)).last_committed_summary()) == batch
+    env.replicate(t, env.transaction(f'INSERT INTO "{s}".{t} VALUES (21, \'after\')'))
+    assert assert_equal(env.dsn, s, t, env.catalog, name, ("id",)) == 20
+    assert parse_offsets(env.summaries(t)[-1])[topic][0] == end_offset(env, topic)

@@ -1,6 +1,8 @@
 import json
+from itertools import chain
 
-from cdc.control.commits import OFFSETS, PartitionRange, merged_offsets, parse_offsets, summary_properties
+from cdc.control.commits import (OFFSETS, PartitionRange, merged_offsets, newest_with_offsets, parse_offsets,
+                                 summary_properties)
 
 
 def test_offsets_round_trip_through_summary():
@@ -39,3 +41,40 @@ def test_the_transaction_of_the_last_change_goes_with_its_position():
     assert parse_transaction(quiet) == ("571:90", 2)
     read = summary_properties("t", {0: 9}, 4, "j", "00cc", 300, previous=first)  # a snapshot read: no transaction
     assert parse_transaction(read) is None and parse_transaction(None) is None
+
+
+def _history(*snapshots):
+    """A lookup of (id, summary, parent id) snapshots, as one metadata file holds them."""
+    held = {sid: (summary, parent) for sid, summary, parent in snapshots}
+    return held.get
+
+
+def test_newest_with_offsets_walks_the_current_ancestry_past_rewrites():
+    batch, rewrite = {OFFSETS: "b2"}, {}
+    current = _history((1, {OFFSETS: "b1"}, None), (2, batch, 1), (3, rewrite, 2), (9, {OFFSETS: "other branch"}, 2))
+    assert newest_with_offsets(3, [current]) == batch
+    assert newest_with_offsets(None, [current]) is None  # no snapshot yet
+    assert newest_with_offsets(3, [_history((3, {}, None))]) is None  # a history with no offsets
+
+
+def test_newest_with_offsets_reads_older_metadata_only_when_an_expiry_broke_the_ancestry():
+    """After a rewrite (3) and an expiry of all but it, its parent (2, the last batch) is
+    found in the metadata file written before the expiry; older files are never read."""
+    read = []
+
+    def files():
+        for name, history in (("before expiry", _history((2, {OFFSETS: "b2"}, 1), (1, {OFFSETS: "b1"}, None))),
+                              ("older", _history((1, {OFFSETS: "b1"}, None)))):
+            read.append(name)
+            yield history
+
+    assert newest_with_offsets(3, [_history((3, {}, 2))]) is None  # no older file to look in
+    assert newest_with_offsets(3, chain([_history((3, {}, 2))], files())) == {OFFSETS: "b2"}
+    assert read == ["before expiry"]
+    read.clear()
+    assert newest_with_offsets(3, chain([_history((3, {OFFSETS: "b3"}, 2))], files())) == {OFFSETS: "b3"}
+    assert read == []  # the current ancestry holds them: no older file is read
+    # A rewrite, a delete and another rewrite, then two expiries: its ancestors spread over two files.
+    spread = [_history((5, {}, 4)), _history((4, {}, 3), (3, {}, 2)), _history((3, {}, 2), (2, {OFFSETS: "b2"}, 1))]
+    assert newest_with_offsets(5, spread) == {OFFSETS: "b2"}
+    assert newest_with_offsets(5, spread[:2]) is None  # beyond the files read: not found
