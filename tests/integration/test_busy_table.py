@@ -12,6 +12,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from tests.conftest import interrupt, start_driver
 from tests.eventually import eventually
@@ -23,23 +24,27 @@ class Load:
     """Transactions against the table from a thread of its own: updates of ids 1-100,
     and inserts and deletes of keys from 1,000 up (never the keys the test damages)."""
 
-    def __init__(self, dsn: str, table: str):
-        self.dsn, self.table, self.done, self.count = dsn, table, threading.Event(), 0
+    def __init__(self, env, table: str):
+        self.env, self.table, self.done, self.count = env, env.q(table), threading.Event(), 0
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
 
+    def _connect(self):
+        return self.env._mariadb() if self.env.kind == "mariadb" else psycopg.connect(self.env.dsn, autocommit=True)
+
     def _run(self) -> None:
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            with self._connect() as conn:
+                cur = conn.cursor()
                 while not self.done.is_set():
                     n = self.count
-                    with conn.transaction():
-                        conn.execute(f"UPDATE {self.table} SET v = %s, n = n + 1 WHERE id = %s",
-                                     (f"load {n}", n % 100 + 1))
-                        if n % 3 == 0:
-                            conn.execute(f"INSERT INTO {self.table} VALUES (%s, 'new', 0)", (1000 + n,))
-                        if n % 3 == 1 and n > 3:
-                            conn.execute(f"DELETE FROM {self.table} WHERE id = %s", (1000 + n - 4,))
+                    cur.execute("BEGIN")
+                    cur.execute(f"UPDATE {self.table} SET v = %s, n = n + 1 WHERE id = %s", (f"load {n}", n % 100 + 1))
+                    if n % 3 == 0:
+                        cur.execute(f"INSERT INTO {self.table} VALUES (%s, 'new', 0)", (1000 + n,))
+                    if n % 3 == 1 and n > 3:
+                        cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (1000 + n - 4,))
+                    cur.execute("COMMIT")
                     self.count += 1
                     time.sleep(0.01)
         except BaseException as e:  # noqa: BLE001 - the test reads it
@@ -58,17 +63,27 @@ class Load:
         self.thread.join(30)
 
 
-def test_reconcile_deep_and_repair_of_a_table_under_load(it_env, spark, capsys, tmp_path):
-    env, s = it_env, it_env.schema
-    name = f"{s}.busy"
-    env.sql(f'CREATE TABLE "{s}".busy (id int PRIMARY KEY, v text, n int)')
-    env.sql(f'INSERT INTO "{s}".busy SELECT g, \'v\' || g, g FROM generate_series(1, 300) g')
-    env.register_table("busy")
+def busy_table(env, table: str, options: dict | None = None) -> str:
+    """A table of 300 rows, registered and replicated: its name."""
+    env.sql(f"CREATE TABLE {env.q(table)} (id int PRIMARY KEY, v text, n int)")
+    env.sql(f"INSERT INTO {env.q(table)} VALUES " + ", ".join(f"({i}, 'v{i}', {i})" for i in range(1, 301)))
+    name = env.register_table(table, options=options)
     assert env.cdc("register", "--table", name) == 0
-    env.replicate("busy")
+    env.replicate(table)
+    return name
+
+
+@pytest.fixture(params=["postgresql", "mariadb", pytest.param("delta", marks=pytest.mark.delta_long)])
+def benv(request):
+    return request.getfixturevalue({"postgresql": "it_env", "mariadb": "it_mariadb", "delta": "it_delta"}[request.param])
+
+
+def test_reconcile_deep_and_repair_of_a_table_under_load(benv, spark, capsys, tmp_path):
+    env = benv
+    name = busy_table(env, "busy")
     target = env.target_ref("busy")
     spark.sql(f"DELETE FROM {target} WHERE id IN (150, 151, 152)")  # behind the engine's back
-    with open(tmp_path / "driver.log", "w") as log, Load(env.dsn, f'"{s}".busy') as load:
+    with open(tmp_path / "driver.log", "w") as log, Load(env, "busy") as load:
         driver = start_driver(env, "busy", log)
 
         def alive() -> bool:
@@ -104,15 +119,10 @@ def test_maintain_and_an_outside_delete_on_a_busy_target(it_env, spark, capsys, 
     """`cdc maintain` has its running job hand the table over, so its rewrite does not lose
     the race with the job's commits; `cdc pause`, as a person runs it, makes room for an
     operator's own DELETE, and the job applies the changes made meanwhile after it."""
-    env, s = it_env, it_env.schema
-    name = f"{s}.busier"
-    env.sql(f'CREATE TABLE "{s}".busier (id int PRIMARY KEY, v text, n int)')
-    env.sql(f'INSERT INTO "{s}".busier SELECT g, \'v\' || g, g FROM generate_series(1, 300) g')
-    env.register_table("busier", options={"compact_every_files": 4})
-    assert env.cdc("register", "--table", name) == 0
-    env.replicate("busier")
+    env = it_env
+    name = busy_table(env, "busier", {"compact_every_files": 4})
     target = env.target_ref("busier")
-    with open(tmp_path / "driver.log", "w") as log, Load(env.dsn, f'"{s}".busier') as load:
+    with open(tmp_path / "driver.log", "w") as log, Load(env, "busier") as load:
         driver = start_driver(env, "busier", log)
 
         def alive() -> bool:
