@@ -123,5 +123,9 @@ def commit_at(settings: Settings, catalog, reg: TableRegistration, topic: str, o
             return {"snapshot_id": top}
         if found is False:
             top = None
+        if snap.parent_snapshot_id and table.snapshot_by_id(snap.parent_snapshot_id) is None:
+            # An expiry from outside cut the history below commits with none: the offsets they
+            # stand on are in the previous metadata files (last_committed).
+            return {"snapshot_id": top} if top is not None and exact(last_committed(table)) else None
         snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
     return None

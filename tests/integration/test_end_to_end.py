@@ -622,6 +622,7 @@ def rewrite_then_expire_outside(env, spark, capsys, t: str) -> None:
     assert row["lag"] == 0 and row["age_s"] == 0 and row["committed_offsets"] == row["kafka_end_offsets"]
     assert {int(p): o for p, o in row["committed_offsets"].items()} == batch[topic]
     assert parse_offsets(IcebergTarget(spark, env.target_ref(t)).last_committed_summary()) == batch
+    assert env.cdc("reconcile", "--table", name, "--wait", "30") == 0  # compared at the rewrite's snapshot
     env.replicate(t, env.transaction(f'INSERT INTO "{s}".{t} VALUES (21, \'after\')'))
     assert assert_equal(env.dsn, s, t, env.catalog, name, ("id",)) == 20
     assert parse_offsets(env.summaries(t)[-1])[topic][0] == end_offset(env, topic)
