@@ -594,7 +594,7 @@ def test_status_and_the_job_find_the_offsets_after_a_rewrite_and_an_outside_expi
     one (the rewrite, whose commit carries no cdc offsets): the offsets of the last batch
     are read from the metadata file written before the expiry, by status (pyiceberg) and by
     the job (Iceberg's Java API), which goes on from them."""
-    rewrite_then_expire_outside(env, spark, capsys, "expired")
+    rewrite_then_expire_outside(env, spark, capsys, "history_cut")
 
 
 def rewrite_then_expire_outside(env, spark, capsys, t: str) -> None:
