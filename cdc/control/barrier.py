@@ -28,6 +28,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdc.control.jobstate import alive
+
 HOLD_S = 20.0  # the longest a job waits for a reconciler to place its barrier
 POLL_S = 0.05
 
@@ -91,17 +93,7 @@ def read(state_dir: Path | None, table: str) -> Barrier | None:
                           None if offsets is None else {int(p): int(o) for p, o in offsets.items()})
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return barrier if _alive(barrier.pid) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    return barrier if alive(barrier.pid) else None
 
 
 def placed(state_dir: Path | None, table: str, clock=time.time, sleep=time.sleep) -> dict[int, int] | None:

@@ -55,7 +55,8 @@ def forget(state_dir: Path, table: str) -> None:
     _file(state_dir, table).unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (one of another user counts)."""
     try:
         os.kill(pid, 0)
         return True
@@ -73,7 +74,7 @@ def read(state_dir: Path, table: str) -> dict:
         doc = json.loads(_file(state_dir, table).read_text())
     except (FileNotFoundError, ValueError):
         doc = {"state": NEVER_RUN}
-    if doc.get("state") == RUNNING and not _alive(int(doc.get("pid", 0))):
+    if doc.get("state") == RUNNING and not alive(int(doc.get("pid", 0))):
         doc["state"] = DEAD
     if doc.get("state") in (NEVER_RUN, STOPPED):
         jobs = runs(state_dir)
@@ -97,7 +98,7 @@ def following(state_dir: Path, selection: list[str] | None):
     f = _runs_dir(state_dir) / f"{os.getpid()}.json"
     f.parent.mkdir(parents=True, exist_ok=True)
     for old in f.parent.glob("*.json"):  # of jobs killed before they could remove theirs
-        if old != f and old.stem.isdigit() and not _alive(int(old.stem)):
+        if old != f and old.stem.isdigit() and not alive(int(old.stem)):
             old.unlink(missing_ok=True)
     tmp = f.with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "tables": None if selection is None else list(selection)}))
@@ -117,7 +118,7 @@ def runs(state_dir: Path) -> dict[int, list[str] | None]:
             pid, selection = int(doc["pid"]), doc.get("tables")
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if _alive(pid):
+        if alive(pid):
             found[pid] = selection
     return found
 
@@ -202,7 +203,7 @@ def handover_requests(state_dir: Path) -> dict[str, int]:
             pid = int(json.loads(f.read_text())["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if _alive(pid):
+        if alive(pid):
             asked[f.name.removesuffix(".json")] = pid
     return asked
 
