@@ -40,12 +40,21 @@ def checkpoint_is_stale(table: str, topic: str, table_offsets: dict[int, int],
         return False
     if set(checkpoint_offsets) != {topic}:
         return True
-    ahead = {p: (table_offsets.get(p, 0), o) for p, o in checkpoint_offsets[topic].items()
-             if o > table_offsets.get(p, 0)}
-    if ahead:
-        detail = ", ".join(f"partition {p}: table at {t}, checkpoint at {c}" for p, (t, c) in sorted(ahead.items()))
-        raise ApplyError(f"table {table}: its checkpoint is ahead of the table's committed offsets ({detail}); "
-                         f"the table was rolled back or lost commits",
-                         hint=f"re-apply the missing window with `cdc replay --table {table} --from-offsets "
-                              f"'{json.dumps({topic: {str(p): t for p, (t, _) in sorted(ahead.items())}})}'`")
+    behind = rolled_back(table, topic, table_offsets, checkpoint_offsets[topic])
+    if behind is not None:
+        raise behind
     return False
+
+
+def rolled_back(table: str, topic: str, table_offsets: dict[int, int], start: dict[int, int]) -> ApplyError | None:
+    """The error of a table whose committed offsets are behind `start`, where its job goes on
+    from (its checkpoint): the table was rolled back, restored, or lost commits, and only a
+    replay of the missing window repairs it; None when it is not behind."""
+    ahead = {p: (table_offsets.get(p, 0), o) for p, o in start.items() if o > table_offsets.get(p, 0)}
+    if not ahead:
+        return None
+    detail = ", ".join(f"partition {p}: table at {t}, checkpoint at {c}" for p, (t, c) in sorted(ahead.items()))
+    return ApplyError(f"table {table}: its checkpoint is ahead of the table's committed offsets ({detail}); "
+                      f"the table was rolled back or lost commits",
+                      hint=f"re-apply the missing window with `cdc replay --table {table} --from-offsets "
+                           f"'{json.dumps({topic: {str(p): t for p, (t, _) in sorted(ahead.items())}})}'`")

@@ -6,6 +6,9 @@ import json
 from dataclasses import dataclass
 
 OFFSETS = "cdc.offsets"  # {"<topic>": {"<partition>": <next offset to read>}}
+# The offsets of the table's last commit before this one, where the batch started: a commit
+# applies only while the table's last offsets are still these (jvm/direct OffsetsCheck).
+OFFSETS_BEFORE = "cdc.offsets-before"
 BATCH_ID = "cdc.batch-id"
 JOB = "cdc.job"
 POSITION = "cdc.position"  # highest source position applied so far
@@ -53,7 +56,8 @@ def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: 
     """The cdc keys of a batch's snapshot summary. Position, source time and `transaction`
     (Debezium's id and the table's order of the change at that position: the transaction
     topic's count for the table says whether the table holds all of it) carry over from
-    `previous` (the last committed summary) and never go backwards."""
+    `previous` (the last committed summary) and never go backwards; its offsets are the
+    commit's `OFFSETS_BEFORE`."""
     previous = previous or {}
     if previous.get(POSITION) and (not position or previous[POSITION] > position):
         position, source_ts_ms = previous[POSITION], int(previous[SOURCE_TS]) if SOURCE_TS in previous else None
@@ -63,6 +67,8 @@ def summary_properties(topic: str, offsets: dict[int, int], batch_id: int, job: 
         BATCH_ID: str(batch_id),
         JOB: job,
     }
+    if previous.get(OFFSETS):
+        props[OFFSETS_BEFORE] = previous[OFFSETS]
     if position:
         props[POSITION] = position
     if source_ts_ms is not None:

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc.control import barrier, commits
-from cdc.control.checkpoint import batch_end_offsets
+from cdc.control.checkpoint import batch_end_offsets, rolled_back
 from cdc.control.faults import crash_point
 from cdc.decoding import avro
 from cdc.decoding.avro_direct import Shape
@@ -62,6 +62,8 @@ WAIT_SHOWN_S = 0.01  # ... recorded from this long on
 POOLS = 40  # size classes of batches (`size_pool`): 2**39 records and more share the first
 CONFLICTS = ("org.apache.iceberg.exceptions.ValidationException", "org.apache.iceberg.exceptions.CommitFailedException",
              "io.delta.exceptions.Concurrent")
+OFFSETS_MOVED = "cdc offsets moved"  # a commit's offsets check failed (jvm/direct OffsetsCheck.MOVED)
+MOVED_ATTEMPTS = 4  # a batch whose commit lost to a moved offset is applied again from the table this often
 
 
 def size_pool(table: str, records: int | None) -> str:
@@ -87,8 +89,15 @@ def compaction_due(added_files: int, partitions: int, memory_inserts: int, every
 
 def is_conflict(e: Exception) -> bool:
     """Whether a commit failed on a concurrent one (Iceberg's validation or commit failure,
-    Delta's concurrent modification): the batch can be computed again from the table."""
-    return any(c in str(e) for c in CONFLICTS)
+    Delta's concurrent modification): the batch can be computed again from the table. A commit
+    whose offsets check failed is not one: its batch starts again (`offsets_moved`)."""
+    return not offsets_moved(e) and any(c in str(e) for c in CONFLICTS)
+
+
+def offsets_moved(e: Exception) -> bool:
+    """Whether a commit failed because the table's last offsets were no longer those its batch
+    started from: another writer committed, or the table was rolled back under the job."""
+    return OFFSETS_MOVED in str(e)
 
 
 def run_with_conflict_retries(statement, attempts: int = 6, sleep=time.sleep, table: str | None = None):
@@ -265,15 +274,37 @@ class TableApplier:
         return self
 
     def __call__(self, batch: DataFrame, batch_id: int, waited_s: float = 0.0, records: int | None = None,
-                 direct: bool = True, kafka: KafkaRecords | None = None, end: dict[int, int] | None = None) -> None:
+                 direct: bool = True, kafka: KafkaRecords | None = None, end: dict[int, int] | None = None,
+                 start: dict[int, int] | None = None) -> None:
         """Apply a batch, after it waited `waited_s` for a slot (slots.BatchSlots), of `records`
         Kafka records when the caller knows them (a shared query's range of the table; else
         `planned_records`); `direct` false when the direct path has just refused it; `kafka`,
         the same records for the direct path's task to read itself (else it reads `batch`);
-        `end`, where the batch ends when the caller knows it (else the checkpoint's log tells).
-        A reconciler's barrier (control/barrier.py) inside the batch makes it two commits."""
+        `start` and `end`, where the batch starts and ends when the caller knows it (else the
+        checkpoint's log tells). A reconciler's barrier (control/barrier.py) inside the batch
+        makes it two commits. Every commit checks that the table's offsets are still those the
+        batch started from; one that lost starts the batch again from where the table is."""
+        for attempt in range(1, MOVED_ATTEMPTS + 1):
+            try:
+                return self._apply_batch(batch, batch_id, waited_s, records, direct, kafka, end, start)
+            except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
+                if not offsets_moved(e):
+                    raise
+                moved = cause_of(e)[cause_of(e).find(OFFSETS_MOVED):][:600]
+                if attempt == MOVED_ATTEMPTS:
+                    raise ApplyError(f"table {self.name}: {MOVED_ATTEMPTS} commits in a row lost to another "
+                                     f"writer of the table: {moved}",
+                                     hint="one job must apply a table: stop the other job that writes it (its "
+                                          "name is in the snapshot's cdc.job)") from None
+                metrics.COMMIT_RETRIES.labels(self.name).inc()
+                log(f"batch {batch_id}'s commit found the table moved under it, applied again from where the "
+                    f"table is: {moved}", table=self.name, event="offsets-moved", level="warning", attempt=attempt)
+
+    def _apply_batch(self, batch: DataFrame, batch_id: int, waited_s: float, records: int | None, direct: bool,
+                     kafka: KafkaRecords | None, end: dict[int, int] | None, start: dict[int, int] | None) -> None:
+        """`__call__`'s one attempt."""
         if self.ends_at is None and self.skip_committed:
-            self._apply_to_barrier(batch, batch_id, waited_s, direct, end)
+            self._apply_to_barrier(batch, batch_id, waited_s, direct, end, start)
         spark = batch.sparkSession
         self.timer = BatchTimer()
         if waited_s >= WAIT_SHOWN_S:
@@ -282,6 +313,7 @@ class TableApplier:
             table = open_table(spark, self.target_ref)
             summary = table.last_committed_summary()
         committed = commits.parse_offsets(summary).get(self.topic, {})
+        self._check_not_behind(committed, batch_id, start)
         planned = records if records is not None else self.planned_records(batch_id, committed)
         pool = size_pool(self.name, planned)
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
@@ -320,8 +352,19 @@ class TableApplier:
             refused = self._evolve(spark, table, batch)
         self._decode_and_apply(spark, table, batch, summary, committed, batch_id, refused)
 
+    def _check_not_behind(self, committed: dict[int, int], batch_id: int, start: dict[int, int] | None) -> None:
+        """Raise when the table's `committed` offsets are behind where the batch starts (`start`,
+        else the checkpoint's log): the table was rolled back or restored under the running
+        job, and applying the batch on top would skip the records in between for good."""
+        if not self.skip_committed:
+            return
+        start = start if start is not None else (self._planned_start(batch_id) or {}).get(self.topic)
+        behind = rolled_back(self.name, self.topic, committed, start or {})
+        if behind is not None:
+            raise behind
+
     def _apply_to_barrier(self, batch: DataFrame, batch_id: int, waited_s: float, direct: bool,
-                          end: dict[int, int] | None) -> None:
+                          end: dict[int, int] | None, start: dict[int, int] | None) -> None:
         """The batch's records before a reconciler's barrier, applied as a batch of their own
         that ends there (the rest is applied after it, past the offsets it commits), when the
         barrier lies inside the batch."""
@@ -339,7 +382,7 @@ class TableApplier:
             table=self.name, event="barrier", batch_id=batch_id, offsets={str(p): o for p, o in cut.items()})
         self.ends_at = cut
         try:
-            self(batch.where(before), batch_id, waited_s, direct=direct)
+            self(batch.where(before), batch_id, waited_s, direct=direct, start=start)
         finally:
             self.ends_at = None
 
@@ -734,6 +777,8 @@ class TableApplier:
         if decoding is None:
             return None
         committed = commits.parse_offsets(summary).get(self.topic, {})
+        if self.skip_committed and rolled_back(self.name, self.topic, committed, start) is not None:
+            return None  # a batch of its own says so
         skip = committed if self.skip_committed else {}
         first = {p: max(o, skip.get(p, o)) for p, o in start.items()} | \
             {p: o for p, o in skip.items() if p not in start}
@@ -752,6 +797,10 @@ class TableApplier:
                                         part.batch_id)
         except UnseenSchema:
             return False
+        except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
+            if not offsets_moved(e):
+                raise
+            return False  # the table moved under its part: a batch of its own reads where it is
 
     def _direct_ready(self, spark, table, raw_schema, planned: int | None):
         """The table's decoding of the Kafka source's rows of `raw_schema` for the direct path,
@@ -1078,8 +1127,8 @@ class TableApplier:
         else:
             statement = merge_sql(self.target_ref, view, self.key, names, floor=floor, toastable=toast, mode=self.mode,
                                   buckets=buckets)
-        stamp = table.stamped(props, self._txn(batch_id)) if props is not None else nullcontext()
         spread = table.undistributed() if buckets is not None else nullcontext()  # a small batch
-        with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), stamp, spread:
-            run_with_conflict_retries(lambda: spark.sql(statement), table=self.name)
+        with self.timer.step("merge" if "MERGE" in statement[:5] else "append"), spread:
+            run_with_conflict_retries(lambda: spark.sql(statement) if props is None else
+                                      table.commit_statement(statement, props, self._txn(batch_id)), table=self.name)
         return before

@@ -280,10 +280,10 @@ class SharedBatch:
             try:
                 if done.get(name) is False:  # the direct path just refused it
                     self.appliers[name](self.read(name, start, end), batch_id, waited_s, records, direct=False,
-                                        end=end)
+                                        end=end, start=start)
                 else:
                     self.appliers[name](self.read(name, start, end), batch_id, waited_s, records,
-                                        kafka=self.kafka_records(name, start, end), end=end)
+                                        kafka=self.kafka_records(name, start, end), end=end, start=start)
                 done[name] = True
             except BaseException as e:  # noqa: BLE001 - the table's failure, not the others'
                 done[name] = e

@@ -122,6 +122,11 @@ class DeltaTarget:
         with conf_for_block(self.spark, conf):  # never stamping another statement
             yield
 
+    def commit_statement(self, statement: str, props: dict[str, str], txn: tuple[str, int]) -> None:
+        """Run a batch's SQL statement (a MERGE, an append) as its commit carrying `props`."""
+        with self.stamped(props, txn):
+            self.spark.sql(statement)
+
     def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
         """A MERGE of no rows: with an idempotent-write marker Delta commits it, carrying `props`."""
         with self.stamped(props, txn):

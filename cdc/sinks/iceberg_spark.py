@@ -28,6 +28,9 @@ METADATA_FILES = {"write.metadata.delete-after-commit.enabled": "true",
 TABLE_PROPERTIES = {"format-version": "2", "write.delete.mode": "merge-on-read", "write.update.mode": "merge-on-read",
                     "write.merge.mode": "merge-on-read", **METADATA_FILES}
 DISTRIBUTION_MODE = "spark.sql.iceberg.distribution-mode"  # a session's, over the table's write.*.distribution-mode
+OFFSETS_CHECK = "cdc.direct.OffsetsCheck"
+WAP_ENABLED = "write.wap.enabled"  # a table's statements stage their snapshot when the session names a wap id
+WAP_ID = "spark.wap.id"
 MERGES_DUPLICATE_DVS = (1, 10, 2)  # from this Iceberg release on, a commit merges two deletion vectors of one file
 
 
@@ -152,13 +155,32 @@ def _previous_metadata(table, parser):
         yield lambda sid, meta=meta: _summary_and_parent(parser, meta.snapshot(sid))
 
 
-def commit_summary_only(table, props: dict[str, str]) -> None:
+def commit_summary_only(spark, table, props: dict[str, str]) -> None:
     """A snapshot with no data change, carrying `props`: records offsets of a batch whose
-    changes were all no-ops, so the table's history still says where the job is."""
+    changes were all no-ops, so the table's history still says where the job is; it applies
+    only while the table's last offsets are those the batch started from (`offsets_check`)."""
     append = table.newAppend()
     for k, v in props.items():
         append = append.set(k, v)
+    check = offsets_check(spark, props)
+    if check is not None:
+        append = append.validateWith(check)
     append.commit()
+
+
+def offsets_check(spark, props: dict[str, str]):
+    """The offsets compare-and-swap of a commit carrying `props` (jvm/direct OffsetsCheck); None
+    for a commit without offsets."""
+    summary = spark._jvm.java.util.HashMap()
+    for k, v in props.items():
+        summary.put(k, v)
+    return jvm_class(spark, OFFSETS_CHECK).of(summary)
+
+
+def publish_staged(spark, table, wap_id: str) -> bool:
+    """The snapshot a statement staged under `wap_id` made the table's current one, checked as
+    `offsets_check` checks a commit (OffsetsCheck.publish); False when it staged none."""
+    return bool(jvm_class(spark, OFFSETS_CHECK).publish(table, wap_id))
 
 
 def ancestry_summaries(table):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import uuid
 from contextlib import contextmanager
 
 from cdc.control.commits import OFFSETS
@@ -166,7 +167,21 @@ class IcebergTarget:
 
     def commit_summary_only(self, props: dict[str, str], txn: tuple[str, int]) -> None:
         """A commit with no data change carrying `props` (a batch whose changes were no-ops)."""
-        iceberg_spark.commit_summary_only(self.table, props)
+        iceberg_spark.commit_summary_only(self.spark, self.table, props)
+
+    def commit_statement(self, statement: str, props: dict[str, str], txn: tuple[str, int]) -> None:
+        """Run a batch's SQL statement (a MERGE, an append) as its commit carrying `props`: its
+        snapshot staged (write-audit-publish), then made the table's current one only while the
+        table's last offsets are those the batch started from, in one metadata commit that
+        fails if the table moved meanwhile (iceberg_spark.publish_staged). Spark's statements
+        take no check of their own; staged, nobody reads a commit that is then refused."""
+        if self.properties().get(iceberg_spark.WAP_ENABLED) != "true":
+            self.set_properties({iceberg_spark.WAP_ENABLED: "true"})
+        wap_id = uuid.uuid4().hex
+        with self.stamped(props, txn), conf_for_block(self.spark, {iceberg_spark.WAP_ID: wap_id}):
+            self.spark.sql(statement)
+        iceberg_spark.publish_staged(self.spark, self.table, wap_id)
+        self.refresh()
 
     def widen(self, types: dict[str, str]) -> None:
         """Columns to wider Spark SQL types, in place (Iceberg's type promotion)."""

@@ -86,7 +86,7 @@ def test_a_shared_query_applies_the_busiest_table_first_each_table_all_planned_f
         def __init__(self, topic, fail=False):
             self.topic, self.fail = topic, fail
 
-        def __call__(self, part, batch_id, waited_s, records, kafka=None, end=None):
+        def __call__(self, part, batch_id, waited_s, records, kafka=None, end=None, start=None):
             if self.fail:
                 raise ValueError("bad record")
             applied.append((part, batch_id, records))
@@ -132,7 +132,7 @@ def test_a_table_joins_a_running_shared_query_again_from_its_committed_offsets(t
         def __init__(self, topic):
             self.topic = topic
 
-        def __call__(self, part, batch_id, waited_s, records, kafka=None, end=None):
+        def __call__(self, part, batch_id, waited_s, records, kafka=None, end=None, start=None):
             applied.append((part, batch_id))
 
     def plan(batch_id, ends):
@@ -208,7 +208,7 @@ def test_a_worker_applies_several_tables_in_one_job_and_alone_those_that_need_it
         def joins_others(self):
             return self.joins
 
-        def __call__(self, part, batch_id, waited_s, records, direct=True, kafka=None, end=None):
+        def __call__(self, part, batch_id, waited_s, records, direct=True, kafka=None, end=None, start=None):
             alone.append((part[0], batch_id, records, direct))
 
     def apply_together(ranges, waited_s):

@@ -21,6 +21,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.Table;
+import org.apache.iceberg.exceptions.CommitStateUnknownException;
 import org.apache.iceberg.spark.Spark3Util;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaRDD;
@@ -287,7 +288,14 @@ public final class DirectBatch {
         KeyIndex.committed(memory, List.of(w.memory), List.of(), List.of());
         remembered = true;
       }
-      DirectDelta.commit(table, w, summary);
+      try {
+        DirectDelta.commit(table, w, summary);
+      } catch (CommitStateUnknownException e) {
+        throw e;  // it may have committed: its files stay
+      } catch (RuntimeException e) {
+        deleteTargetFiles();  // a commit that failed (a conflict, moved offsets, the catalog down) leaves none
+        throw e;
+      }
       return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount(),
                          threads.getCurrentThreadCpuTime() - began};
     }
@@ -298,14 +306,19 @@ public final class DirectBatch {
       if (w == null) {
         return;
       }
+      deleteTargetFiles();
+      if (w.memory != null && !remembered) {
+        memory.io().deleteFile(w.memory.location());
+      }
+    }
+
+    private void deleteTargetFiles() {
+      DirectDelta.Written w = outcome.written;
       for (DataFile f : w.data) {
         table.io().deleteFile(f.location());
       }
       for (DeleteFile f : w.deletes) {
         table.io().deleteFile(f.location());
-      }
-      if (w.memory != null && !remembered) {
-        memory.io().deleteFile(w.memory.location());
       }
     }
   }

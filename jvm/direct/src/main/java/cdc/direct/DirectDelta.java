@@ -28,6 +28,7 @@ import org.apache.iceberg.Schema;
 import org.apache.iceberg.SerializableTable;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.data.BaseDeleteLoader;
+import org.apache.iceberg.exceptions.CommitStateUnknownException;
 import org.apache.iceberg.deletes.BaseDVFileWriter;
 import org.apache.iceberg.deletes.PositionDeleteIndex;
 import org.apache.iceberg.expressions.Expression;
@@ -149,7 +150,15 @@ public final class DirectDelta {
       remembered.newAppend().appendFile(w.memory).commit();
       KeyIndex.committed(remembered, List.of(w.memory), List.of(), List.of());
     }
-    commit(table, w, summary);
+    try {
+      commit(table, w, summary);
+    } catch (CommitStateUnknownException e) {
+      throw e;  // it may have committed: its files stay
+    } catch (RuntimeException e) {
+      w.data.forEach(f -> table.io().deleteFile(f.location()));  // a commit that failed leaves no files
+      w.deletes.forEach(f -> table.io().deleteFile(f.location()));
+      throw e;
+    }
     return new long[] {w.found, w.inserted, w.removed, w.memory == null ? 0L : w.memory.recordCount()};
   }
 
@@ -371,6 +380,10 @@ public final class DirectDelta {
     w.deletes.forEach(delta::addDeletes);
     w.replaced.forEach(delta::removeDeletes);
     summary.forEach(delta::set);
+    OffsetsCheck check = OffsetsCheck.of(summary);
+    if (check != null) {
+      delta.validateWith(check);
+    }
     delta.commit();
     KeyIndex.committed(table, w.data, w.deletes, w.replaced);
   }
