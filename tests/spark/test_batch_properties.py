@@ -19,21 +19,27 @@ import os
 from decimal import Decimal
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, Phase, example, given, note, settings
 
 from cdc.jobs.apply import TableApplier
 from tests import model
-from tests.model import TOMBSTONE, Record, Target, strategies
+from tests.model import PLACEHOLDER, TOMBSTONE, Record, Target, strategies
 from tests.spark.test_merge_semantics import Harness
 
 _examples = itertools.count()
 LONG_EXAMPLES = int(os.environ.get("CDC_PROPERTY_EXAMPLES", "40"))
 SLOW = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large,
         HealthCheck.large_base_example]
-# The targets of a mode: (sink, direct writes). The direct path takes upsert batches only.
-TARGETS = {"upsert": (("iceberg", True), ("iceberg", False), ("delta", False)),
-           "history": (("iceberg", False), ("delta", False)),
-           "soft_delete": (("iceberg", False), ("delta", False))}
+# The targets: (sink, direct writes). The direct path takes upsert batches only.
+DIRECT, MERGE, DELTA = ("iceberg", True), ("iceberg", False), ("delta", False)
+# A history that meets every rule: a remembered delete and a truncate keeping a replayed older
+# create out, unchanged values kept, a key change within a batch, a connector's restart sending
+# records again, a value nobody has (a dead letter), two partitions, a new applier midway.
+EVERY_RULE = ([("insert", 1, "a", 1), ("insert", 2, "b", 2), ("update", 1, PLACEHOLDER, 2), ("delete", 2),
+               ("truncate",), ("insert", 3, "a", 1), ("move", 3, 4, True), ("update", 4, "b", 3), ("redeliver", 3),
+               ("unseen", 1, 0), ("delete", 4)], 2, [],
+              [("batch", 2), ("batch", 3), ("replay", 2, 1), ("batch", 1), ("replay", 3, 1), ("restart",),
+               ("batch", 4), ("batch", 3)])
 
 
 def kafka_record(r: Record, topic: str) -> tuple:
@@ -87,14 +93,14 @@ def describe(source, steps) -> str:
     return "\n".join(lines)
 
 
-def check(scratch, tmp_path, mode: str, case) -> None:
-    """Apply the generated `case` to every target of `mode` and to the model, comparing after each batch."""
+def check(scratch, tmp_path, mode: str, kinds: tuple, case) -> None:
+    """Apply the generated `case` to targets of `kinds` in `mode` and to the model, comparing after each batch."""
     spark, catalog = scratch
     source, steps = model.history(*case)
     note(describe(source, steps))
     n = next(_examples)
     targets = []
-    for sink, direct in TARGETS[mode]:
+    for sink, direct in kinds:
         h = Harness(spark, catalog, f"bp{n}_{sink}{'_direct' if direct else ''}", sink=sink, delta_root=tmp_path,
                     mode=mode)
         h.applier.direct_writes = direct
@@ -121,23 +127,32 @@ def check(scratch, tmp_path, mode: str, case) -> None:
             assert letters == dead, f"{label}: dead letters {letters}, the model's {dead}"
 
 
-def property_test(mode: str, examples: int, derandomize: bool, **limits):
-    @settings(max_examples=examples, deadline=None, derandomize=derandomize, database=None,
-              suppress_health_check=SLOW, print_blob=True)
+def property_test(mode: str, kinds: tuple, examples: int, derandomize: bool, explicit: tuple = (), **limits):
+    """A test of `examples` generated histories (and the `explicit` ones) into targets of `kinds`."""
+    @settings(max_examples=max(1, examples), deadline=None, derandomize=derandomize, database=None,
+              suppress_health_check=SLOW, print_blob=True,
+              phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink][:None if examples else 1])
     @given(case=strategies(**limits))
     def test(scratch, tmp_path, case):
-        check(scratch, tmp_path, mode, case)
-    test.__doc__ = f"Generated histories into {mode} targets equal the model after every batch."
+        check(scratch, tmp_path, mode, kinds, case)
+    for case in explicit:
+        test = example(case=case)(test)
+    test.__doc__ = f"Histories into {mode} targets ({', '.join(s + (' direct' if d else '') for s, d in kinds)}) " \
+                   "equal the model after every batch."
     return test
 
 
-# `make test`: a few small histories, the same every run.
-test_upsert_targets_follow_the_model = property_test("upsert", 4, True, max_statements=8, max_actions=4)
-test_history_targets_follow_the_model = property_test("history", 2, True, max_statements=6, max_actions=3)
-test_soft_delete_targets_follow_the_model = property_test("soft_delete", 2, True, max_statements=6, max_actions=3)
+# `make test`: the history that meets every rule in each mode, and a few small generated ones
+# (the same every run), Delta in upsert mode only.
+test_upsert_targets_follow_the_model = property_test("upsert", (DIRECT, MERGE, DELTA), 2, True, (EVERY_RULE,),
+                                                     max_statements=8, max_actions=4)
+test_history_targets_follow_the_model = property_test("history", (MERGE,), 0, True, (EVERY_RULE,))
+test_soft_delete_targets_follow_the_model = property_test("soft_delete", (MERGE,), 0, True, (EVERY_RULE,))
 
-# `make test-long`: many random ones.
-test_upsert_targets_follow_the_model_long = pytest.mark.long(property_test("upsert", LONG_EXAMPLES, False))
-test_history_targets_follow_the_model_long = pytest.mark.long(property_test("history", LONG_EXAMPLES, False))
-test_soft_delete_targets_follow_the_model_long = pytest.mark.long(property_test("soft_delete", LONG_EXAMPLES,
-                                                                                False))
+# `make test-long`: many random ones, every mode on both sinks.
+test_upsert_targets_follow_the_model_long = pytest.mark.long(
+    property_test("upsert", (DIRECT, MERGE, DELTA), LONG_EXAMPLES, False))
+test_history_targets_follow_the_model_long = pytest.mark.long(
+    property_test("history", (MERGE, DELTA), LONG_EXAMPLES, False, (EVERY_RULE,)))
+test_soft_delete_targets_follow_the_model_long = pytest.mark.long(
+    property_test("soft_delete", (MERGE, DELTA), LONG_EXAMPLES, False, (EVERY_RULE,)))
