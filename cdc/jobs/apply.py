@@ -25,6 +25,7 @@ from cdc.decoding.spark_decode import (MAX_VALUE_BYTES, NON_DATA, decoder, maske
                                       schema_heads, value_schemas)
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
+from cdc.jobs.built import Built
 from cdc.jobs.failures import cause_of
 from cdc.jobs.plan import BATCH_TASK_RECORDS, BatchPlan, Changes, PartitionStats, Target, Truncate, plan_batch
 from cdc.log import log
@@ -48,11 +49,6 @@ from cdc.sources.types import Column, case_twins, debezium_column, reserved_name
 TRUNCATED_AT = "cdc.truncated-at"  # position of the last applied truncate: older changes never insert
 FORGET_EVERY_S = 3600  # how often a job drops the delete memory's entries past the horizon, at a batch
 FORGOTTEN_AT = "cdc.forgotten-at"  # the delete memory's property: when a job last dropped them (epoch ms)
-# Every table's built expressions, kept for the life of the process by what they were built
-# for: a job started again in the same process (a retried table, `cdc run` called in-process)
-# builds none of them again; a change of columns or refused schemas builds others.
-BUILT: dict[tuple, object] = {}
-KEEP_BUILT = 512
 KEEP_SCHEMAS = 64  # record schema fingerprints a target keeps (an older one is judged again when it comes back)
 KEEP_HEADS = 8  # schema parts a job matches records by (a record of another is searched for its payload)
 BUCKETS_FROM_BYTES = 1 << 20  # ... when the target holds at least this much (a smaller one moves cheaply)
@@ -237,6 +233,7 @@ class TableApplier:
     kafka_records: Callable[[dict], KafkaRecords] | None = field(default=None, repr=False)
     state_dir: Path | None = None  # where a reconciler asks for a commit at its count (control/barrier.py)
     timer: BatchTimer = field(default_factory=BatchTimer, repr=False)  # the current batch's
+    built: Built = field(default_factory=Built, repr=False)  # its built expressions (the job's: queries.Queries)
     # JSON record schemas judged for the target (their fingerprints, with why it refuses one,
     # or None; in each batch's commit summary, so the next process has them): a batch holding
     # only those is decoded without a scan.
@@ -449,18 +446,16 @@ class TableApplier:
 
     def _plan(self, found: tuple, build):
         """What `build` makes (a batch's Spark expressions, built once: each costs calls into
-        the JVM) for `found` and the table's current columns, kept in BUILT; the time a build
-        takes is the batch's `plan` step."""
-        built_for = (self._built_for(), self.columns, *found)
-        if built_for not in BUILT:
-            if len(BUILT) >= KEEP_BUILT:
-                BUILT.clear()
+        the JVM) for `found` and the table's current columns, kept in `built` (a change of
+        columns or refused schemas builds others); the time a build takes is the batch's `plan`
+        step."""
+        def timed():
             with self.timer.step("plan"):
-                BUILT[built_for] = build()
-        return BUILT[built_for]
+                return build()
+        return self.built.get((self._built_for(), self.columns, *found), timed)
 
     def _forget_plan(self, found: tuple) -> None:
-        BUILT.pop((self._built_for(), self.columns, *found), None)
+        self.built.forget((self._built_for(), self.columns, *found))
 
     def _built_for(self) -> tuple:
         """What a table's built expressions depend on beside what `_plan` is given: the

@@ -16,6 +16,7 @@ from cdc.decoding.avro import SchemaRegistry
 from cdc.jobs import shared
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.backlog import auto_batch_cap, batch_sizing, heap_bytes
+from cdc.jobs.built import of_context
 from cdc.jobs.reading import batch_cap, kafka_options, kafka_range, kafka_records
 from cdc.jobs.slots import BatchGate, BatchSlots, batch_slots
 from cdc.jobs.targets import Target, open_target
@@ -37,6 +38,7 @@ class Queries:
         self.registries: dict[str, SchemaRegistry] = {}
         self._slots: BatchSlots | None = None
         self._lock = threading.Lock()  # queries start on several threads at once
+        self.built = of_context(spark)  # the expressions built for the tables' batches
 
     @cached_property
     def heap_bytes(self) -> int:
@@ -81,7 +83,8 @@ class Queries:
                             registry=self.registry_of(reg),
                             mode=reg.mode, excluded=reg.exclude,
                             masked=reg.mask, mask_key=target.mask_key,
-                            format_version=settings.catalog.format_version).prepare(spark, target.summary, ready=True)
+                            format_version=settings.catalog.format_version,
+                            built=self.built).prepare(spark, target.summary, ready=True)
 
     def start_table(self, reg: TableRegistration, available_now: bool, tables: int = 1):
         """The table's regular query: from its checkpoint, or from the table's committed
