@@ -14,6 +14,7 @@ Debezium's placeholder, a number `n`.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 PLACEHOLDER = "__debezium_unavailable_value"
@@ -501,9 +502,12 @@ class Source:
         """One statement: ("insert", key, v, n), ("update", key, v or PLACEHOLDER, n),
         ("delete", key), ("move", old key, new key, placeholder?), ("truncate",),
         ("redeliver", statements), ("unseen", key, n): an update, its unchanged value left out,
-        of a row the topic never had (its value is known nowhere). One that does not fit the table (an insert of a key it
-        holds, ...) is made into one that does, or nothing."""
+        of a row the topic never had (its value is known nowhere). An update, delete or move of a
+        key the table does not hold takes one it holds; one that still does not fit (an insert of
+        a key it holds, ...) is made into one that does, or nothing."""
         kind = op[0]
+        if kind in ("update", "delete", "move") and op[1] not in self.live and self.live:
+            op = (kind, sorted(self.live)[op[1] % len(self.live)], *op[2:])  # a key the source holds
         if kind in ("insert", "update"):
             key, v, n = op[1:]
             old = self.live.get(key)
@@ -556,21 +560,24 @@ def interleave(log: list[Record], swaps: list[int]) -> list[Record]:
     return out
 
 
-def plan_steps(records: list[Record], actions: list[tuple]) -> list[tuple]:
-    """The batches a job applies: ("batch", size) the next records; ("replay", back, count)
-    batches applied before, again, as `cdc replay` does (nothing skipped by the committed
-    offsets); ("restart",) a new applier on the same target. The rest comes in a last batch.
+def plan_steps(records: list[Record], actions: list[tuple], most: int = 10) -> list[tuple]:
+    """The batches a job applies: the `actions` in turn, then again while records are left:
+    ("batch", size) the next records; ("replay", back, size) records applied before, again, from
+    `back` records before the last one applied, as `cdc replay` applies a window (nothing
+    skipped by the committed offsets); ("restart",) a new applier on the same target. After
+    `most` batches, or without a batch among the actions, the rest comes in a last batch.
     Returns ("apply", records, skip_committed) and ("restart",) steps."""
-    out, batches, at = [], [], 0
-    for action in actions:
+    out, at = [], 0
+    again = itertools.cycle(actions) if any(a[0] == "batch" for a in actions) else iter(())
+    for n, action in enumerate(itertools.chain(actions, again)):
+        if sum(s[0] == "apply" for s in out) >= most - 1 or n >= len(actions) and at >= len(records):
+            break
         if action[0] == "batch" and at < len(records):
-            batches.append(records[at:at + action[1]])
+            out.append(("apply", records[at:at + action[1]], True))
             at += action[1]
-            out.append(("apply", batches[-1], True))
-        elif action[0] == "replay" and batches:
-            first = max(0, len(batches) - action[1])
-            again = [r for b in batches[first:first + action[2]] for r in b]
-            out.append(("apply", again, False))
+        elif action[0] == "replay" and at:
+            first = max(0, at - action[1])
+            out.append(("apply", records[first:min(at, first + action[2])], False))
         elif action[0] == "restart":
             out.append(("restart",))
     if at < len(records):
@@ -586,17 +593,19 @@ def strategies(max_statements: int = 10, max_actions: int = 6, keys: int = 4):
     key = st.integers(1, keys)
     value = st.sampled_from(["a", "b", None])
     number = st.integers(0, 3)
+    insert = st.tuples(st.just("insert"), key, value, number)
+    update = st.tuples(st.just("update"), key, value | st.just(PLACEHOLDER), number)
+    delete = st.tuples(st.just("delete"), key)
+    redeliver = st.tuples(st.just("redeliver"), st.integers(1, 6))
+    # Weighted (one_of picks a branch evenly): a truncate empties the table, so it comes rarely.
     statement = st.one_of(
-        st.tuples(st.just("insert"), key, value, number),
-        st.tuples(st.just("update"), key, value | st.just(PLACEHOLDER), number),
-        st.tuples(st.just("delete"), key),
+        insert, update, delete, redeliver, insert, update, delete, redeliver,
         st.tuples(st.just("move"), key, key, st.booleans()),
-        st.tuples(st.just("truncate")),
-        st.tuples(st.just("redeliver"), st.integers(1, 4)),
         st.tuples(st.just("unseen"), key, number),
+        st.tuples(st.just("truncate")),
     )
-    action = st.one_of(st.tuples(st.just("batch"), st.integers(1, 6)),
-                       st.tuples(st.just("replay"), st.integers(1, 3), st.integers(1, 2)),
+    action = st.one_of(st.tuples(st.just("batch"), st.integers(1, 2)),
+                       st.tuples(st.just("replay"), st.integers(1, 16), st.integers(1, 4)),
                        st.tuples(st.just("restart")))
     return st.tuples(st.lists(statement, min_size=1, max_size=max_statements), st.integers(1, 2),
                      st.lists(st.integers(0, 30), max_size=4), st.lists(action, max_size=max_actions))
