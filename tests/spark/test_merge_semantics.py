@@ -13,7 +13,7 @@ from cdc.config.models import TableRegistration
 from cdc.control.commits import OFFSETS, parse_offsets
 from cdc.decoding.spark_decode import value_schemas
 from cdc.errors import ApplyError
-from cdc.jobs import apply as apply_module
+from cdc.jobs import apply as apply_module, metrics
 from cdc.jobs.apply import TableApplier
 from cdc.planning.dead_letters import SUFFIX as DEAD_LETTERS, dead_letters_ref
 from cdc.planning.merge import DELETES_SUFFIX, deletes_ref, table_ref
@@ -519,10 +519,12 @@ def test_unknown_op_fails_the_batch(strict):
         h.apply([(rec[0], bad, *rec[2:])])
 
 
-def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
+def test_concurrent_compaction_never_loses_or_doubles_a_change(h, monkeypatch):
     """Batches apply while another writer compacts the table again and again; Iceberg
     retries or our conflict retry recomputes (Delta: its concurrent-modification errors);
-    every change lands exactly once."""
+    every change lands exactly once. On Iceberg one compaction is certainly put between a
+    batch's written files and their commit, which must then be computed again (a Delta MERGE
+    writes and commits in one statement: its races are the background compactions')."""
     import threading
 
     for i in range(40):
@@ -540,11 +542,19 @@ def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
                     errors.append(e)
     t = threading.Thread(target=compact, daemon=True)
     t.start()
+    raced = []
     try:
         for round_no in range(1, 7):
             for i in range(40):
                 h.topic.change("u", {"id": i, "v": str(round_no), "n": round_no}, 1000 * round_no, 1000 * round_no + i)
+            if round_no == 3 and h.sink == "iceberg":  # a compaction certainly between the batch's write and commit
+                lost = metrics.COMMIT_RETRIES.labels(h.applier.name)._value.get()
+                compact_before_commit(h, monkeypatch)
             h.apply()
+            if round_no == 3 and h.sink == "iceberg":
+                raced = [metrics.COMMIT_RETRIES.labels(h.applier.name)._value.get() > lost,
+                         "direct refused" in h.applier.timer.steps]
+                assert any(raced), "the compaction between the batch's write and commit did not make it compute again"
     finally:
         stop.set()
         t.join()
@@ -553,6 +563,36 @@ def test_concurrent_compaction_never_loses_or_doubles_a_change(h):
     topic = h.topic.name
     offsets = [parse_offsets(s)[topic][0] for s in h.summaries() if topic in parse_offsets(s)]
     assert offsets == sorted(offsets) and offsets[-1] == 280
+
+
+def before_commit(h: Harness, action) -> None:
+    """Run `action` once, after the applier's next batch read the table and before it commits
+    (the delete memory's upkeep comes in between on every path)."""
+    upkeep = h.applier._forget_deletes
+    done = []
+
+    def hooked(spark, *args, **kwargs):
+        if not done:
+            done.append(True)
+            action()
+        return upkeep(spark, *args, **kwargs)
+    h.applier._forget_deletes = hooked
+
+
+def compact_before_commit(h: Harness, monkeypatch) -> None:
+    """Compact the Iceberg target once, after the next batch wrote its files and before it
+    commits them (the direct path's RowDelta, or the publish of a staged MERGE)."""
+    from cdc.sinks import direct, iceberg_spark
+
+    done = []
+
+    def compact_once():
+        if not done:
+            done.append(True)
+            h.spark.sql(h.compact_sql()).collect()
+    commit, publish = direct.Batch.commit, iceberg_spark.publish_staged
+    monkeypatch.setattr(direct.Batch, "commit", lambda self, props: compact_once() or commit(self, props))
+    monkeypatch.setattr(iceberg_spark, "publish_staged", lambda *a: compact_once() or publish(*a))
 
 
 UNAVAILABLE = "__debezium_unavailable_value"

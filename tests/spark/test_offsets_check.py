@@ -16,7 +16,7 @@ import pytest
 from cdc.control.commits import OFFSETS, OFFSETS_BEFORE
 from cdc.errors import ApplyError
 from cdc.jobs import metrics
-from tests.spark.test_merge_semantics import KAFKA_SCHEMA, Harness
+from tests.spark.test_merge_semantics import KAFKA_SCHEMA, Harness, before_commit
 
 PATHS = ("direct", "merge")
 
@@ -30,20 +30,6 @@ def harness(scratch, table_name, path: str) -> Harness:
 
 def retries(h: Harness) -> float:
     return metrics.COMMIT_RETRIES.labels(h.applier.name)._value.get()
-
-
-def before_commit(h: Harness, action) -> None:
-    """Run `action` once, after the applier's next batch read the table and before it commits
-    (the delete memory's upkeep comes in between on both paths)."""
-    upkeep = h.applier._forget_deletes
-    done = []
-
-    def hooked(spark, *args, **kwargs):
-        if not done:
-            done.append(True)
-            action()
-        return upkeep(spark, *args, **kwargs)
-    h.applier._forget_deletes = hooked
 
 
 def offsets_chain(h: Harness) -> list[tuple[dict | None, dict]]:
