@@ -3,8 +3,6 @@ package cdc.direct;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
-import java.lang.management.ManagementFactory;
-import java.lang.management.ThreadMXBean;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -12,10 +10,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
@@ -44,9 +38,7 @@ import org.apache.iceberg.spark.data.vectorized.VectorizedSparkParquetReaders;
 import org.apache.iceberg.spark.data.SparkParquetWriters;
 import org.apache.iceberg.types.Type;
 import org.apache.iceberg.types.Types;
-import org.apache.spark.HashPartitioner;
 import org.apache.spark.TaskContext;
-import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.Column;
@@ -63,16 +55,14 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
-import scala.Tuple2;
-
 /**
  * The direct path: the last change per key of upsert-mode, unpartitioned Iceberg targets of
  * format version 3, applied with no query plan per target. A task per target finds the current
  * rows of its keys (the data files the key filter keeps, their deletion vectors applied), writes
  * one data file of the rows to insert and the deletion vectors of the rows replaced or deleted
  * (merged with the file's previous vector); the driver commits each target's files as one
- * RowDelta carrying the batch's summary. {@link #applyEvents} is a running job's (jobs/apply.py),
- * {@link #apply} the benchmark's many targets in one job (bench/direct.py).
+ * RowDelta carrying the batch's summary. {@link #applyEvents} is a running job's (jobs/apply.py);
+ * the benchmark's many targets in one job (bench/direct.py) are jvm/direct-bench's, outside this jar.
  *
  * <p>The guards are the MERGE's of planning/merge.py in upsert mode: a change replaces a row only
  * when newer than its position; a delete removes it when newer; a tombstone removes a row written
@@ -290,80 +280,6 @@ public final class DirectDelta {
 
   private static String quoted(String name) {
     return "`" + name.replace("`", "``") + "`";
-  }
-
-  /**
-   * Apply {@code changes} to {@code tables} (Spark names), keyed by {@code key}: one job, then one
-   * RowDelta a target carrying {@code summary}, {@code committers} targets at once. Input: column 0
-   * the target's name, then the target's columns in its schema's order, then {@code _op} and
-   * {@code _deleted_position}. Returns, per target in order: the CPU nanoseconds of its commit (its
-   * committing thread's), the wall nanoseconds of its commit, its task's wall nanoseconds, the rows
-   * found; then a last row: the wall nanoseconds of loading the targets, of the job, of the commits.
-   */
-  public static long[][] apply(SparkSession spark, List<String> tables, Dataset<Row> changes, String key,
-                               Map<String, String> summary, int committers) throws Exception {
-    List<String> keys = List.of(key);
-    long began = System.nanoTime();
-    Map<String, Table> loaded = new LinkedHashMap<>();
-    HashMap<String, Table> copies = new HashMap<>();
-    HashMap<String, Long> bases = new HashMap<>();
-    for (String name : tables) {
-      Table table = loaded(spark, name);
-      loaded.put(name, table);
-      copies.put(name, SerializableTable.copyOf(table));
-      bases.put(name, snapshotOf(table));
-    }
-    JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
-    Broadcast<HashMap<String, Table>> shared = jsc.broadcast(copies);
-    Broadcast<HashMap<String, Long>> sharedBases = jsc.broadcast(bases);
-    long loadedAt = System.nanoTime();
-    int parts = Math.max(1, Math.min(tables.size(), spark.sparkContext().defaultParallelism()));
-    JavaRDD<InternalRow> rows = changes.queryExecution().toRdd().toJavaRDD();
-    List<Written> written;
-    if (tables.size() == 1) {  // one target: its rows in one task, with no shuffle
-      String name = tables.get(0);
-      written = rows.coalesce(1).mapPartitions(it -> {
-        List<InternalRow> copied = new ArrayList<>();
-        it.forEachRemaining(r -> copied.add(r.copy()));
-        return List.of(write(shared.value().get(name), sharedBases.value().get(name), name, copied, keys, null))
-            .iterator();
-      }).collect();
-    } else {
-      written = rows.mapToPair(r -> new Tuple2<>(r.getUTF8String(0).toString(), r.copy()))
-          .groupByKey(new HashPartitioner(parts))
-          .map(group -> write(shared.value().get(group._1()), sharedBases.value().get(group._1()), group._1(),
-                              group._2(), keys, null))
-          .collect();
-    }
-    shared.destroy(false);
-    sharedBases.destroy(false);
-    long writtenAt = System.nanoTime();
-    ThreadMXBean threads = ManagementFactory.getThreadMXBean();
-    Map<String, long[]> out = new ConcurrentHashMap<>();
-    ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, committers));
-    try {
-      List<Future<?>> done = new ArrayList<>();
-      for (Written w : written) {
-        done.add(pool.submit(() -> {
-          long cpu = threads.getCurrentThreadCpuTime();
-          long wall = System.nanoTime();
-          commit(loaded.get(w.table), w, summary);
-          out.put(w.table, new long[] {threads.getCurrentThreadCpuTime() - cpu, System.nanoTime() - wall,
-                                       w.taskNanos, w.found});
-        }));
-      }
-      for (Future<?> f : done) {
-        f.get();
-      }
-    } finally {
-      pool.shutdown();
-    }
-    long[][] result = new long[tables.size() + 1][];
-    for (int i = 0; i < tables.size(); i++) {
-      result[i] = out.getOrDefault(tables.get(i), new long[] {0L, 0L, 0L, 0L});
-    }
-    result[tables.size()] = new long[] {loadedAt - began, writtenAt - loadedAt, System.nanoTime() - writtenAt, 0L};
-    return result;
   }
 
   static void commit(Table table, Written w, Map<String, String> summary) {
