@@ -32,7 +32,7 @@ $(VENV)/.stamp: pyproject.toml
 $(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom.xml jvm/registry/pom.xml jvm/rest/pom.xml jvm/settings.xml \
 		debezium/transforms/pom.xml jvm/direct/pom.xml jvm/direct-bench/pom.xml $(JAVA_SRC)
 	rm -rf $(JARS)/spark  # a version no longer pinned must not stay on Spark's classpath
-	$(MVN) package -DskipTests  # cdc-direct.jar built into spark/ again with the rest
+	$(MVN) package -DskipTests  # cdc-direct.jar written into spark/ again with the rest; `make test` runs its tests
 	@touch $@
 
 stack-up: setup
@@ -46,6 +46,7 @@ run: stack-up
 
 test: stack-up
 	$(PY) -m pyflakes cdc tests bench
+	$(MVN) -pl :cdc-direct test  # jvm/direct's JUnit tests
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -ra --durations=30 --junitxml=.cache/test-times.xml -m "not long" tests/unit tests/spark tests/integration tests/chaos
 

@@ -306,7 +306,8 @@ public final class DirectDelta {
 
   /** A current row of a key: its data file and position, the position of its last change, and
    * the Kafka partition and offset it was written from (a tombstone's guard). */
-  private record Found(String file, long pos, UTF8String position, Integer partition, Long offset) {}
+  @VisibleForTesting
+  record Found(String file, long pos, UTF8String position, Integer partition, Long offset) {}
 
   /** Where a row of {@link #asInput}'s layout for a target's {@code schema} holds the target's
    * {@code columns} (from 1), its key and metadata columns; {@code _op} follows them. */
@@ -525,35 +526,24 @@ public final class DirectDelta {
       Set<String> referenced = new HashSet<>();
       for (Map.Entry<List<Object>, InternalRow> e : byKey.entrySet()) {
         InternalRow row = e.getValue();
-        String op = row.isNullAt(columns + 1) ? "" : row.getUTF8String(columns + 1).toString();
         UTF8String position = row.isNullAt(positionAt) ? null : row.getUTF8String(positionAt).clone();
-        boolean upsert = "c".equals(op) || "u".equals(op) || "r".equals(op);
+        Change change = new Change(opOf(row, columns + 1), position,
+            row.isNullAt(partitionAt) ? null : row.getInt(partitionAt),
+            row.isNullAt(offsetAt) ? null : row.getLong(offsetAt));
         List<Found> held = current.getOrDefault(e.getKey(), List.of());
         int inserts = 0;
         for (Found h : held) {
-          boolean newer = h.position() == null || (position != null && position.compareTo(h.position()) > 0);
-          boolean remove;
-          if ("d".equals(op)) {
-            remove = newer;
-          } else if (TOMBSTONE.equals(op)) {
-            remove = h.partition() != null && !row.isNullAt(partitionAt) && h.offset() != null
-                     && !row.isNullAt(offsetAt) && h.partition() == row.getInt(partitionAt)
-                     && row.getLong(offsetAt) > h.offset();
-          } else {
-            remove = upsert && newer;
-            inserts += remove ? 1 : 0;  // an update: the row replaced by the change's
-          }
+          boolean remove = removes(change, h);
+          inserts += remove && change.upsert() ? 1 : 0;  // an update: the row replaced by the change's
           if (remove) {
             dv.delete(h.file(), h.pos(), table.spec(), null);
             referenced.add(h.file());
             w.removed += 1;
           }
         }
-        if (held.isEmpty() && upsert) {
+        if (held.isEmpty() && change.upsert()) {
           UTF8String deleted = row.isNullAt(columns + 2) ? null : row.getUTF8String(columns + 2);
-          boolean afterDelete = deleted == null || (position != null && position.compareTo(deleted) > 0);
-          boolean afterFloor = floorAt == null || (position != null && position.compareTo(floorAt) > 0);
-          inserts = afterDelete && afterFloor ? 1 : 0;
+          inserts = inserts(change, deleted, floorAt) ? 1 : 0;
         }
         for (int n = 0; n < inserts; n++) {
           if (data == null) {
@@ -594,6 +584,50 @@ public final class DirectDelta {
     w.found = current.values().stream().mapToLong(List::size).sum();
     w.taskNanos = System.nanoTime() - started;
     return w;
+  }
+
+  /** A key's last change in the batch as the guards read it: its op, its position, and the Kafka
+   * partition and offset it came from (each null when the row has none). */
+  record Change(String op, UTF8String position, Integer partition, Long offset) {
+    /** Whether it writes the key's row: a create, an update or a snapshot read. */
+    boolean upsert() {
+      return "c".equals(op) || "u".equals(op) || "r".equals(op);
+    }
+  }
+
+  /**
+   * Whether {@code change} removes {@code held}, a current row of its key (planning/merge.py's
+   * matched clauses in upsert mode): a delete or an upsert when its position is above the row's (a
+   * row with no position is older than any change; a change with none is newer than no row); a
+   * tombstone when later than the row in the row's own Kafka partition. An upsert that removes a row
+   * writes its own in the row's place. {@link #write} decides with it alone.
+   */
+  @VisibleForTesting
+  static boolean removes(Change change, Found held) {
+    UTF8String position = change.position();
+    boolean newer = held.position() == null || (position != null && position.compareTo(held.position()) > 0);
+    if ("d".equals(change.op())) {
+      return newer;
+    }
+    if (TOMBSTONE.equals(change.op())) {
+      return held.partition() != null && change.partition() != null && held.offset() != null
+             && change.offset() != null && held.partition().intValue() == change.partition().intValue()
+             && change.offset() > held.offset();
+    }
+    return change.upsert() && newer;
+  }
+
+  /**
+   * Whether upsert {@code change} of a key no current row holds inserts it (the MERGE's not-matched
+   * clause): only when its position is above the key's remembered delete {@code deleted} and the last
+   * truncate's {@code floor} (each null when there is none).
+   */
+  @VisibleForTesting
+  static boolean inserts(Change change, UTF8String deleted, UTF8String floor) {
+    UTF8String position = change.position();
+    boolean afterDelete = deleted == null || (position != null && position.compareTo(deleted) > 0);
+    boolean afterFloor = floor == null || (position != null && position.compareTo(floor) > 0);
+    return afterDelete && afterFloor;
   }
 
   /** A row's key as comparable values (Spark's own: UTF8String, Decimal, Long, ...); null when a
