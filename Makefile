@@ -12,7 +12,7 @@ MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS
 
 # cdc's own Java, built from source by the package below: the Connect transformation, the Spark
 # helper (jvm/direct, onto spark.jars as spark/cdc-direct.jar) and the benchmark's prototype.
-JAVA_SRC := $(shell find debezium/transforms/src jvm/direct/src jvm/direct-bench/src -type f 2>/dev/null)
+JAVA_SRC := $(shell find debezium/transforms/src/main jvm/direct/src/main jvm/direct-bench/src/main -type f 2>/dev/null)
 
 setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
 	@$(PY) -m cdc.sinks.archive_classes  # the driver's class archive: built once for these jars and this JDK
