@@ -137,6 +137,8 @@ def main() -> int:
         batch.count()
         props = spark._jvm.java.util.HashMap()
         props.put("cdc.offsets", json.dumps({"bench": {"0": r}}))
+        if r > 1:  # the offsets the round starts from, which the commit checks (jvm/direct OffsetsCheck)
+            props.put("cdc.offsets-before", json.dumps({"bench": {"0": r - 1}}))
         with Meter(spark, f"direct-{r}") as d:
             out = [list(row) for row in helper.apply(spark._jsparkSession, direct, batch._jdf, "id", props,
                                                      args.committers)]

@@ -58,6 +58,8 @@ def test_one_job_and_a_row_delta_a_target_equal_the_merge(scratch, table_name):
         batch = spark.createDataFrame([r for ref in direct for r in rows_of(ref, round_)], CHANGE)
         props = spark._jvm.java.util.HashMap()
         props.put("cdc.offsets", json.dumps({"t": {"0": n}}))
+        if n:  # the offsets the round starts from, which each commit checks (jvm/direct OffsetsCheck)
+            props.put("cdc.offsets-before", json.dumps({"t": {"0": n - 1}}))
         together = helper.apply(spark._jsparkSession, direct[:2], batch.where(F.col("_table") != direct[2])._jdf,
                                 "id", props, 2)
         alone = helper.apply(spark._jsparkSession, direct[2:], batch.where(F.col("_table") == direct[2])._jdf,
