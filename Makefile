@@ -10,10 +10,11 @@ MVN := mvn -B -q -s jvm/settings.xml -f jvm/pom.xml -Dcdc.cache=$(CURDIR)/$(JARS
 
 .PHONY: setup run test test-unit test-long test-spark test-integration differential smoke bench bench-quick bench-peers bench-direct stack-up stack-down docs clean
 
-DIRECT_JAR := $(JARS)/spark/cdc-direct.jar
-DIRECT_SRC := $(wildcard jvm/direct/src/main/java/cdc/direct/*.java)
+# cdc's own Java, built from source by the package below: the Connect transformation, the Spark
+# helper (jvm/direct, onto spark.jars as spark/cdc-direct.jar) and the benchmark's prototype.
+JAVA_SRC := $(shell find debezium/transforms/src/main jvm/direct/src/main jvm/direct-bench/src/main -type f 2>/dev/null)
 
-setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp $(DIRECT_JAR)
+setup: .cache/system.stamp $(VENV)/.stamp $(JARS)/.stamp
 	@$(PY) -m cdc.sinks.archive_classes  # the driver's class archive: built once for these jars and this JDK
 
 .cache/system.stamp: scripts/ensure-system-packages.sh
@@ -29,18 +30,10 @@ $(VENV)/.stamp: pyproject.toml
 	@touch $@
 
 $(JARS)/.stamp: jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/debezium/pom.xml jvm/registry/pom.xml jvm/rest/pom.xml jvm/settings.xml \
-		debezium/transforms/pom.xml $(wildcard debezium/transforms/src/main/java/cdc/connect/*.java)
+		debezium/transforms/pom.xml jvm/direct/pom.xml jvm/direct-bench/pom.xml $(JAVA_SRC)
 	rm -rf $(JARS)/spark  # a version no longer pinned must not stay on Spark's classpath
-	$(MVN) package
+	$(MVN) package -DskipTests  # cdc-direct.jar written into spark/ again with the rest; `make test` runs its tests
 	@touch $@
-
-# cdc's own Spark helper (jvm/direct), compiled against the pinned Iceberg runtime and pyspark's
-# own jars, onto spark.jars beside them.
-$(DIRECT_JAR): $(JARS)/.stamp $(VENV)/.stamp $(DIRECT_SRC)
-	rm -rf .cache/direct-classes && mkdir -p .cache/direct-classes
-	javac --release 17 -nowarn -d .cache/direct-classes \
-		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*:$(JARS)/spark/*" $(DIRECT_SRC)
-	jar cf $@ -C .cache/direct-classes cdc
 
 stack-up: setup
 	$(CDC) stack up
@@ -53,6 +46,7 @@ run: stack-up
 
 test: stack-up
 	$(PY) -m pyflakes cdc tests bench
+	$(MVN) -pl :cdc-direct test  # jvm/direct's JUnit tests
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -ra --durations=30 --junitxml=.cache/test-times.xml -m "not long" tests/unit tests/spark tests/integration tests/chaos
 

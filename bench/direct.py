@@ -1,6 +1,8 @@
 """The direct path's prototype, measured against today's MERGE on the same changes in one
-process. Not a section of `make bench`: the prototype
-(jvm/direct, DirectDelta) applies upsert-mode changes only, without the delete memory.
+process. Not a section of `make bench`: the prototype (jvm/direct-bench, `cdc.direct.ManyTargets`,
+in a jar of its own that only this benchmark puts on the driver's class path) applies
+upsert-mode changes only, without the delete memory, writing each target as the direct
+path's task does (jvm/direct, `DirectDelta.write`).
 
     .venv/bin/python -m bench.direct [--tables 100] [--merge-tables 10] [--rounds 20]
 
@@ -26,6 +28,8 @@ from pyspark.sql import functions as F
 from bench.tables import compiler_seconds, cpu_seconds
 from bench.workload import initial_rows, jvm_pid
 from cdc.config import load_settings
+from cdc.config.models import Settings
+from cdc.errors import ConfigError
 from cdc.planning.merge import merge_sql
 from cdc.sinks.catalog import load_catalog
 from cdc.sinks.formats import TABLE_CLAUSES
@@ -37,6 +41,20 @@ ROWS = 1_000
 COLUMNS = "id bigint, v string, n decimal(12,2), at timestamp, " \
           "_cdc_op string, _cdc_position string, _cdc_source_ts timestamp, _cdc_kafka_partition int, _cdc_kafka_offset bigint"
 NAMES = ("id", "v", "n", "at")
+PROTOTYPE = "cdc.direct.ManyTargets"
+
+
+def with_prototype(settings: Settings) -> Settings:
+    """`settings` with the prototype's jar (bench/cdc-direct-bench.jar of the jars directory,
+    built from jvm/direct-bench by `make setup`) on the local driver's class path, after
+    cdc's own: it is on no session of a running job."""
+    jar = settings.path(settings.jars_dir) / "bench" / "cdc-direct-bench.jar"
+    if not jar.is_file():
+        raise ConfigError(f"no direct path prototype at {jar}", hint="run `make setup` to build jvm/direct-bench")
+    conf = dict(settings.spark.extra_conf)
+    conf["spark.driver.extraClassPath"] = os.pathsep.join(
+        filter(None, [conf.get("spark.driver.extraClassPath"), str(jar)]))
+    return settings.model_copy(update={"spark": settings.spark.model_copy(update={"extra_conf": conf})})
 
 
 def create(spark, ref: str, rows: int) -> None:
@@ -102,7 +120,7 @@ def main() -> int:
                     help="the driver JVM's Iceberg worker pool (iceberg.worker.num-threads; 0: Iceberg's default, a core each)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "direct.json")
     args = ap.parse_args()
-    settings = load_settings(ROOT / "cdc.yaml")
+    settings = with_prototype(load_settings(ROOT / "cdc.yaml"))
     if args.worker_threads:  # read once, when Iceberg's ThreadPools class loads
         os.environ["JDK_JAVA_OPTIONS"] = f"-Diceberg.worker.num-threads={args.worker_threads}"
     spark = get_session(settings, "cdc-bench-direct")
@@ -112,13 +130,15 @@ def main() -> int:
     merged = [f"{catalog}.{NAMESPACE}.m{i}" for i in range(args.merge_tables)]
     for ref in direct + merged:
         create(spark, ref, ROWS)
-    helper = jvm_class(spark, "cdc.direct.DirectDelta")
+    helper = jvm_class(spark, PROTOTYPE)
     rounds = []
     for r in range(1, args.warm_up + args.rounds + 1):
         batch = changes(spark, direct, r, 5, ROWS).persist()
         batch.count()
         props = spark._jvm.java.util.HashMap()
         props.put("cdc.offsets", json.dumps({"bench": {"0": r}}))
+        if r > 1:  # the offsets the round starts from, which the commit checks (jvm/direct OffsetsCheck)
+            props.put("cdc.offsets-before", json.dumps({"bench": {"0": r - 1}}))
         with Meter(spark, f"direct-{r}") as d:
             out = [list(row) for row in helper.apply(spark._jsparkSession, direct, batch._jdf, "id", props,
                                                      args.committers)]

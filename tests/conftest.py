@@ -77,12 +77,14 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(scope="session")
 def spark(settings):
-    """The run's one SparkSession (the same one `cdc run` in-process gets)."""
+    """The run's one SparkSession (the same one `cdc run` in-process gets, and the benchmark's
+    direct path prototype on its class path for tests/spark/test_direct_delta.py)."""
+    from bench.direct import with_prototype
     from cdc.sinks.session import get_session, spark_log
 
     log = spark_log(settings)
     SPARK_LOG.update(path=log, start=log.stat().st_size if log.exists() else 0)
-    session = get_session(settings, app_name="cdc-tests")
+    session = get_session(with_prototype(settings), app_name="cdc-tests")
     yield session
     session.stop()
 

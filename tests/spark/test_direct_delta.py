@@ -1,14 +1,15 @@
-"""The direct path's prototype (jvm/direct, DirectDelta): upsert-mode changes of several targets
-applied by one Spark job and one RowDelta each (or a lone target's, with no shuffle) equal
-what planning/merge.py's MERGE makes of the same changes, read through Spark and through
-pyiceberg, and the targets stay tables of deletion vectors (one a data file, the previous
-one merged into it)."""
+"""The direct path's prototype (jvm/direct-bench, ManyTargets, which bench/direct.py measures):
+upsert-mode changes of several targets applied by one Spark job and one RowDelta each (or a
+lone target's, with no shuffle) equal what planning/merge.py's MERGE makes of the same
+changes, read through Spark and through pyiceberg, and the targets stay tables of deletion
+vectors (one a data file, the previous one merged into it)."""
 from __future__ import annotations
 
 import json
 
 from pyspark.sql import functions as F
 
+from bench.direct import PROTOTYPE
 from cdc.planning.merge import merge_sql
 from cdc.sinks.formats import TABLE_CLAUSES
 from cdc.sinks.session import jvm_class
@@ -52,11 +53,13 @@ def test_one_job_and_a_row_delta_a_target_equal_the_merge(scratch, table_name):
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {SCRATCH}.default")
     for ref in (*direct, merged):
         create(spark, ref)
-    helper = jvm_class(spark, "cdc.direct.DirectDelta")
+    helper = jvm_class(spark, PROTOTYPE)
     for n, round_ in enumerate(ROUNDS):
         batch = spark.createDataFrame([r for ref in direct for r in rows_of(ref, round_)], CHANGE)
         props = spark._jvm.java.util.HashMap()
         props.put("cdc.offsets", json.dumps({"t": {"0": n}}))
+        if n:  # the offsets the round starts from, which each commit checks (jvm/direct OffsetsCheck)
+            props.put("cdc.offsets-before", json.dumps({"t": {"0": n - 1}}))
         together = helper.apply(spark._jsparkSession, direct[:2], batch.where(F.col("_table") != direct[2])._jdf,
                                 "id", props, 2)
         alone = helper.apply(spark._jsparkSession, direct[2:], batch.where(F.col("_table") == direct[2])._jdf,

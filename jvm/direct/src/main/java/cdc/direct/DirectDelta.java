@@ -3,8 +3,6 @@ package cdc.direct;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
-import java.lang.management.ManagementFactory;
-import java.lang.management.ThreadMXBean;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -12,10 +10,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
@@ -44,9 +38,7 @@ import org.apache.iceberg.spark.data.vectorized.VectorizedSparkParquetReaders;
 import org.apache.iceberg.spark.data.SparkParquetWriters;
 import org.apache.iceberg.types.Type;
 import org.apache.iceberg.types.Types;
-import org.apache.spark.HashPartitioner;
 import org.apache.spark.TaskContext;
-import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.Column;
@@ -63,16 +55,14 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
-import scala.Tuple2;
-
 /**
  * The direct path: the last change per key of upsert-mode, unpartitioned Iceberg targets of
  * format version 3, applied with no query plan per target. A task per target finds the current
  * rows of its keys (the data files the key filter keeps, their deletion vectors applied), writes
  * one data file of the rows to insert and the deletion vectors of the rows replaced or deleted
  * (merged with the file's previous vector); the driver commits each target's files as one
- * RowDelta carrying the batch's summary. {@link #applyEvents} is a running job's (jobs/apply.py),
- * {@link #apply} the benchmark's many targets in one job (bench/direct.py).
+ * RowDelta carrying the batch's summary. {@link #applyEvents} is a running job's (jobs/apply.py);
+ * the benchmark's many targets in one job (bench/direct.py) are jvm/direct-bench's, outside this jar.
  *
  * <p>The guards are the MERGE's of planning/merge.py in upsert mode: a change replaces a row only
  * when newer than its position; a delete removes it when newer; a tombstone removes a row written
@@ -292,80 +282,6 @@ public final class DirectDelta {
     return "`" + name.replace("`", "``") + "`";
   }
 
-  /**
-   * Apply {@code changes} to {@code tables} (Spark names), keyed by {@code key}: one job, then one
-   * RowDelta a target carrying {@code summary}, {@code committers} targets at once. Input: column 0
-   * the target's name, then the target's columns in its schema's order, then {@code _op} and
-   * {@code _deleted_position}. Returns, per target in order: the CPU nanoseconds of its commit (its
-   * committing thread's), the wall nanoseconds of its commit, its task's wall nanoseconds, the rows
-   * found; then a last row: the wall nanoseconds of loading the targets, of the job, of the commits.
-   */
-  public static long[][] apply(SparkSession spark, List<String> tables, Dataset<Row> changes, String key,
-                               Map<String, String> summary, int committers) throws Exception {
-    List<String> keys = List.of(key);
-    long began = System.nanoTime();
-    Map<String, Table> loaded = new LinkedHashMap<>();
-    HashMap<String, Table> copies = new HashMap<>();
-    HashMap<String, Long> bases = new HashMap<>();
-    for (String name : tables) {
-      Table table = loaded(spark, name);
-      loaded.put(name, table);
-      copies.put(name, SerializableTable.copyOf(table));
-      bases.put(name, snapshotOf(table));
-    }
-    JavaSparkContext jsc = JavaSparkContext.fromSparkContext(spark.sparkContext());
-    Broadcast<HashMap<String, Table>> shared = jsc.broadcast(copies);
-    Broadcast<HashMap<String, Long>> sharedBases = jsc.broadcast(bases);
-    long loadedAt = System.nanoTime();
-    int parts = Math.max(1, Math.min(tables.size(), spark.sparkContext().defaultParallelism()));
-    JavaRDD<InternalRow> rows = changes.queryExecution().toRdd().toJavaRDD();
-    List<Written> written;
-    if (tables.size() == 1) {  // one target: its rows in one task, with no shuffle
-      String name = tables.get(0);
-      written = rows.coalesce(1).mapPartitions(it -> {
-        List<InternalRow> copied = new ArrayList<>();
-        it.forEachRemaining(r -> copied.add(r.copy()));
-        return List.of(write(shared.value().get(name), sharedBases.value().get(name), name, copied, keys, null))
-            .iterator();
-      }).collect();
-    } else {
-      written = rows.mapToPair(r -> new Tuple2<>(r.getUTF8String(0).toString(), r.copy()))
-          .groupByKey(new HashPartitioner(parts))
-          .map(group -> write(shared.value().get(group._1()), sharedBases.value().get(group._1()), group._1(),
-                              group._2(), keys, null))
-          .collect();
-    }
-    shared.destroy(false);
-    sharedBases.destroy(false);
-    long writtenAt = System.nanoTime();
-    ThreadMXBean threads = ManagementFactory.getThreadMXBean();
-    Map<String, long[]> out = new ConcurrentHashMap<>();
-    ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, committers));
-    try {
-      List<Future<?>> done = new ArrayList<>();
-      for (Written w : written) {
-        done.add(pool.submit(() -> {
-          long cpu = threads.getCurrentThreadCpuTime();
-          long wall = System.nanoTime();
-          commit(loaded.get(w.table), w, summary);
-          out.put(w.table, new long[] {threads.getCurrentThreadCpuTime() - cpu, System.nanoTime() - wall,
-                                       w.taskNanos, w.found});
-        }));
-      }
-      for (Future<?> f : done) {
-        f.get();
-      }
-    } finally {
-      pool.shutdown();
-    }
-    long[][] result = new long[tables.size() + 1][];
-    for (int i = 0; i < tables.size(); i++) {
-      result[i] = out.getOrDefault(tables.get(i), new long[] {0L, 0L, 0L, 0L});
-    }
-    result[tables.size()] = new long[] {loadedAt - began, writtenAt - loadedAt, System.nanoTime() - writtenAt, 0L};
-    return result;
-  }
-
   static void commit(Table table, Written w, Map<String, String> summary) {
     if (w.data.isEmpty() && w.deletes.isEmpty()) {
       return;  // the caller commits the summary alone
@@ -390,7 +306,8 @@ public final class DirectDelta {
 
   /** A current row of a key: its data file and position, the position of its last change, and
    * the Kafka partition and offset it was written from (a tombstone's guard). */
-  private record Found(String file, long pos, UTF8String position, Integer partition, Long offset) {}
+  @VisibleForTesting
+  record Found(String file, long pos, UTF8String position, Integer partition, Long offset) {}
 
   /** Where a row of {@link #asInput}'s layout for a target's {@code schema} holds the target's
    * {@code columns} (from 1), its key and metadata columns; {@code _op} follows them. */
@@ -609,35 +526,24 @@ public final class DirectDelta {
       Set<String> referenced = new HashSet<>();
       for (Map.Entry<List<Object>, InternalRow> e : byKey.entrySet()) {
         InternalRow row = e.getValue();
-        String op = row.isNullAt(columns + 1) ? "" : row.getUTF8String(columns + 1).toString();
         UTF8String position = row.isNullAt(positionAt) ? null : row.getUTF8String(positionAt).clone();
-        boolean upsert = "c".equals(op) || "u".equals(op) || "r".equals(op);
+        Change change = new Change(opOf(row, columns + 1), position,
+            row.isNullAt(partitionAt) ? null : row.getInt(partitionAt),
+            row.isNullAt(offsetAt) ? null : row.getLong(offsetAt));
         List<Found> held = current.getOrDefault(e.getKey(), List.of());
         int inserts = 0;
         for (Found h : held) {
-          boolean newer = h.position() == null || (position != null && position.compareTo(h.position()) > 0);
-          boolean remove;
-          if ("d".equals(op)) {
-            remove = newer;
-          } else if (TOMBSTONE.equals(op)) {
-            remove = h.partition() != null && !row.isNullAt(partitionAt) && h.offset() != null
-                     && !row.isNullAt(offsetAt) && h.partition() == row.getInt(partitionAt)
-                     && row.getLong(offsetAt) > h.offset();
-          } else {
-            remove = upsert && newer;
-            inserts += remove ? 1 : 0;  // an update: the row replaced by the change's
-          }
+          boolean remove = removes(change, h);
+          inserts += remove && change.upsert() ? 1 : 0;  // an update: the row replaced by the change's
           if (remove) {
             dv.delete(h.file(), h.pos(), table.spec(), null);
             referenced.add(h.file());
             w.removed += 1;
           }
         }
-        if (held.isEmpty() && upsert) {
+        if (held.isEmpty() && change.upsert()) {
           UTF8String deleted = row.isNullAt(columns + 2) ? null : row.getUTF8String(columns + 2);
-          boolean afterDelete = deleted == null || (position != null && position.compareTo(deleted) > 0);
-          boolean afterFloor = floorAt == null || (position != null && position.compareTo(floorAt) > 0);
-          inserts = afterDelete && afterFloor ? 1 : 0;
+          inserts = inserts(change, deleted, floorAt) ? 1 : 0;
         }
         for (int n = 0; n < inserts; n++) {
           if (data == null) {
@@ -678,6 +584,50 @@ public final class DirectDelta {
     w.found = current.values().stream().mapToLong(List::size).sum();
     w.taskNanos = System.nanoTime() - started;
     return w;
+  }
+
+  /** A key's last change in the batch as the guards read it: its op, its position, and the Kafka
+   * partition and offset it came from (each null when the row has none). */
+  record Change(String op, UTF8String position, Integer partition, Long offset) {
+    /** Whether it writes the key's row: a create, an update or a snapshot read. */
+    boolean upsert() {
+      return "c".equals(op) || "u".equals(op) || "r".equals(op);
+    }
+  }
+
+  /**
+   * Whether {@code change} removes {@code held}, a current row of its key (planning/merge.py's
+   * matched clauses in upsert mode): a delete or an upsert when its position is above the row's (a
+   * row with no position is older than any change; a change with none is newer than no row); a
+   * tombstone when later than the row in the row's own Kafka partition. An upsert that removes a row
+   * writes its own in the row's place. {@link #write} decides with it alone.
+   */
+  @VisibleForTesting
+  static boolean removes(Change change, Found held) {
+    UTF8String position = change.position();
+    boolean newer = held.position() == null || (position != null && position.compareTo(held.position()) > 0);
+    if ("d".equals(change.op())) {
+      return newer;
+    }
+    if (TOMBSTONE.equals(change.op())) {
+      return held.partition() != null && change.partition() != null && held.offset() != null
+             && change.offset() != null && held.partition().intValue() == change.partition().intValue()
+             && change.offset() > held.offset();
+    }
+    return change.upsert() && newer;
+  }
+
+  /**
+   * Whether upsert {@code change} of a key no current row holds inserts it (the MERGE's not-matched
+   * clause): only when its position is above the key's remembered delete {@code deleted} and the last
+   * truncate's {@code floor} (each null when there is none).
+   */
+  @VisibleForTesting
+  static boolean inserts(Change change, UTF8String deleted, UTF8String floor) {
+    UTF8String position = change.position();
+    boolean afterDelete = deleted == null || (position != null && position.compareTo(deleted) > 0);
+    boolean afterFloor = floor == null || (position != null && position.compareTo(floor) > 0);
+    return afterDelete && afterFloor;
   }
 
   /** A row's key as comparable values (Spark's own: UTF8String, Decimal, Long, ...); null when a

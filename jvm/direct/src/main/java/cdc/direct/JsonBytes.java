@@ -66,7 +66,8 @@ public final class JsonBytes implements Serializable {
     }
   }
 
-  private JsonBytes(DataType schema, Map<String, String> options, List<String> heads, String name) {
+  @VisibleForTesting
+  JsonBytes(DataType schema, Map<String, String> options, List<String> heads, String name) {
     this.schema = schema.asNullable();
     this.options = scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(options));
     SQLConf conf = SQLConf.get();  // what from_json's analysis gives it
