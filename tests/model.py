@@ -7,7 +7,8 @@ DirectDelta) must both leave a target equal to `Target` after the same batches, 
 rule, and says where each comes from; what it leaves out: bad records (other than the
 unchanged values nobody has), schema changes, snapshot reads (`r`) being told from streamed
 ones by anything but their position, the delete memory's horizon (nothing is forgotten), a
-bootstrap's held rows, masking, Kafka key and row disagreeing.
+bootstrap's held rows, masking, Kafka key and row disagreeing, keys of several columns, a key's
+records in more than one partition (a repartitioned topic), transactions.
 
 The table is fixed: key `id`, a text column `v` whose unchanged TOASTed value may arrive as
 Debezium's placeholder, a number `n`.
@@ -25,8 +26,9 @@ TOAST = ("v",)  # those whose unchanged value may be the placeholder
 MOVED_ROW_UNKNOWN = "moved-row-unknown"  # planning/unchanged.py's error classes
 VALUE_UNKNOWN = "unchanged-value-unknown"
 PLACE = 33  # a position's source part (planning/position.py's source_part): no Kafka tie-break
-# Known, unknown, or "ask the key this row moved from" (planning/unchanged.py)
-KNOWN, UNKNOWN, CHAIN = "known", "unknown", "chain"
+# What a candidate says of an unchanged value (planning/unchanged.py; its third state, "ask the
+# key this row moved from", is the answer found for that key's own create, which comes first here)
+KNOWN, UNKNOWN = "known", "unknown"
 
 
 def position(commit: int, lsn: int, phase: int, partition: int, offset: int) -> str:
