@@ -9,7 +9,7 @@ batch every target must hold what the reference model (tests/model.py) says, row
 back by pyiceberg and delta-rs), and the same dead letters.
 
 `make test` runs an explicit history that meets every rule, in each mode, on Iceberg (about
-80 s: each batch is real commits); `make test-long` (the `long` marker) runs it on Delta too,
+90 s: each batch is real commits); `make test-long` (the `long` marker) runs it on Delta too,
 and CDC_PROPERTY_EXAMPLES (default 6; more need pytest's `--timeout 0`) random ones in each
 mode, on every target, and shrinks a failing one (up to five minutes). A failure prints the
 history and its batches, one record a line, and what the target and the model hold."""
@@ -153,7 +153,7 @@ def property_test(mode: str, kinds: tuple, examples: int, derandomize: bool, exp
 RESURRECTED = ([("insert", 1, "a", 0), ("delete", 1), ("redeliver", 2)], 1, [], [("batch", 1)])
 BELOW_THE_FLOOR = ([("unseen", 1, 0), ("truncate",), ("redeliver", 2)], 1, [], [("batch", 1)])
 
-# `make test` (about 80 s): the history that meets every rule in each mode, on Iceberg (the
+# `make test` (about 90 s): the history that meets every rule in each mode, on Iceberg (the
 # direct path and the MERGE in upsert mode; the MERGE in the others). Delta's MERGE (3 to 6 s a
 # batch) and the generated histories are `make test-long`'s.
 test_upsert_targets_follow_the_model = property_test("upsert", (DIRECT, MERGE), 0, True, (EVERY_RULE,))
