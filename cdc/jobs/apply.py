@@ -287,7 +287,8 @@ class TableApplier:
             except Exception as e:  # noqa: BLE001 - py4j wraps the Iceberg exceptions
                 if not offsets_moved(e):
                     raise
-                moved = cause_of(e)[cause_of(e).find(OFFSETS_MOVED):][:600]
+                text = str(e)
+                moved = text[text.find(OFFSETS_MOVED):].splitlines()[0][:600]
                 if attempt == MOVED_ATTEMPTS:
                     raise ApplyError(f"table {self.name}: {MOVED_ATTEMPTS} commits in a row lost to another "
                                      f"writer of the table: {moved}",

@@ -138,7 +138,7 @@ def test_two_drivers_of_one_table_apply_each_change_once(it_env, tmp_path):
 
 def test_a_target_rolled_back_under_its_running_job_stops_it_until_replayed(it_env, spark, tmp_path, capsys):
     env = it_env
-    table = table_of(env, "rolled")
+    table = table_of(env, "rolled_live")
     name = env.register_table(table)
     assert env.cdc("register", "--table", name) == 0
     env.replicate(table)
