@@ -16,7 +16,7 @@ from cdc.decoding.avro import SchemaRegistry
 from cdc.jobs import shared
 from cdc.jobs.apply import TableApplier
 from cdc.jobs.backlog import auto_batch_cap, batch_sizing, heap_bytes
-from cdc.jobs.built import of_context
+from cdc.jobs.built import Built, of_context
 from cdc.jobs.reading import batch_cap, kafka_options, kafka_range, kafka_records
 from cdc.jobs.slots import BatchGate, BatchSlots, batch_slots
 from cdc.jobs.targets import Target, open_target
@@ -38,7 +38,11 @@ class Queries:
         self.registries: dict[str, SchemaRegistry] = {}
         self._slots: BatchSlots | None = None
         self._lock = threading.Lock()  # queries start on several threads at once
-        self.built = of_context(spark)  # the expressions built for the tables' batches
+
+    @cached_property
+    def built(self) -> Built:
+        """The expressions built for the tables' batches (the session's: built.of_context)."""
+        return of_context(self.spark)
 
     @cached_property
     def heap_bytes(self) -> int:
