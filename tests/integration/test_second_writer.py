@@ -90,6 +90,11 @@ def caught_up(env, table: str) -> bool:
     return offsets.get("0", -1) >= end_offset(env, topic)
 
 
+def holds(env, table: str, key: int, value: str) -> bool:
+    """Whether the target's row `key` has `value` (read by the second reader)."""
+    return any(r["id"] == key and r["v"] == value for r in env.target_records(table))
+
+
 def test_two_drivers_of_one_table_apply_each_change_once(it_env, tmp_path):
     env = it_env
     tables = (table_of(env, "twice_upsert"), table_of(env, "twice_history"))
@@ -118,6 +123,7 @@ def test_two_drivers_of_one_table_apply_each_change_once(it_env, tmp_path):
                        alive=alive)
             changes.done.set()
             changes.thread.join(30)
+            env.wait_captured(env.marker())  # every change in Kafka before the ends are compared
             for t in tables:
                 eventually(lambda: caught_up(env, t), f"{t} caught up", 120, 0.5, alive=alive)
         finally:
@@ -149,8 +155,8 @@ def test_a_target_rolled_back_under_its_running_job_stops_it_until_replayed(it_e
         try:
             for n in range(3):
                 env.sql(f"UPDATE {env.q(table)} SET v = 'before rollback {n}' WHERE id = {n + 1}")
-                eventually(lambda: caught_up(env, table), "the job applying the change", 120, 0.2,
-                           alive=lambda: driver.poll() is None)
+                eventually(lambda: holds(env, table, n + 1, f"before rollback {n}"), "the job applying the change",
+                           120, 0.2, alive=lambda: driver.poll() is None)
             spark.sql(f"CALL {env.settings.catalog.name}.system.rollback_to_snapshot("
                       f"'{env.schema}.{table}', {first})")
             env.sql(f"UPDATE {env.q(table)} SET v = 'after rollback' WHERE id = 10")
